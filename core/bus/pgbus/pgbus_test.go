@@ -1,0 +1,390 @@
+package pgbus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustest"
+	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, pgbus.Migrations) }
+
+// eventually bounds waits for something that must happen.
+const eventually = 15 * time.Second
+
+// newPool returns a pool on a fresh database, big enough for parallel tests.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Warnings go to stderr: test loggers must not outlive their test, and the
+// bus logs from background goroutines.
+var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+func newBus(t testing.TB, pool *pgxpool.Pool, cfg pgbus.Config) *pgbus.Bus {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = logger
+	}
+	b, err := pgbus.New(context.Background(), pool, cfg)
+	if err != nil {
+		t.Fatalf("new bus: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(context.Background()); err != nil {
+			t.Errorf("close bus: %v", err)
+		}
+	})
+	return b
+}
+
+// TestConformance runs the suite with a Bus per case on one shared database,
+// so cases also see each other's notifications.
+func TestConformance(t *testing.T) {
+	pool := newPool(t)
+	bustest.Run(t, func(t *testing.T) bus.Bus { return newBus(t, pool, pgbus.Config{}) })
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cfg     pgbus.Config
+		wantErr bool
+	}{
+		{"zero takes defaults", pgbus.Config{}, false},
+		{"explicit", pgbus.Config{PollInterval: time.Second, PurgeInterval: time.Hour}, false},
+		{"negative poll", pgbus.Config{PollInterval: -time.Second}, true},
+		{"negative purge", pgbus.Config{PurgeInterval: -time.Second}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if err := tc.cfg.Validate(); (err != nil) != tc.wantErr {
+				t.Fatalf("Validate() = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func mustSender(t *testing.T, b bus.Bus, entity string) bus.Sender {
+	t.Helper()
+	s, err := b.NewSender(t.Context(), entity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustReceiver(t *testing.T, b bus.Bus, src bus.Source) bus.Receiver {
+	t.Helper()
+	r, err := b.NewReceiver(t.Context(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(context.Background()) }) //nolint:errcheck
+	return r
+}
+
+// drain receives and completes until want messages arrived, counting each id.
+func drain(ctx context.Context, r bus.Receiver, want int, seen map[string]int, mu *sync.Mutex) error {
+	for {
+		mu.Lock()
+		n := 0
+		for _, c := range seen {
+			n += c
+		}
+		mu.Unlock()
+		if n >= want {
+			return nil
+		}
+		msgs, err := r.Receive(ctx, 10)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			mu.Lock()
+			seen[m.ID]++
+			mu.Unlock()
+			if err := r.Complete(ctx, m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func TestConcurrentSendersOfOneIDDeliverOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const senders, ids = 8, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for i := range senders {
+		s := mustSender(t, b, "q")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				// Overlapping batches in different orders must not deadlock.
+				batch := []bus.Message{{ID: fmt.Sprint(id)}, {ID: fmt.Sprint((id + i) % ids)}}
+				if err := s.Send(ctx, batch...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("send: %v", err)
+	}
+	seen := map[string]int{}
+	var mu sync.Mutex
+	rctx, cancel := context.WithTimeout(ctx, eventually)
+	defer cancel()
+	r := mustReceiver(t, b, bus.QueueSource("q"))
+	if err := drain(rctx, r, ids, seen, &mu); err != nil {
+		t.Fatal(err)
+	}
+	qctx, qcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer qcancel()
+	if msgs, _ := r.Receive(qctx, 10); len(msgs) > 0 {
+		t.Fatalf("received %d extra messages, first %s", len(msgs), msgs[0].ID)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("id %s delivered %d times", id, n)
+		}
+	}
+}
+
+func TestTwoBusesCompeteOnOneQueue(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	b1, b2 := newBus(t, pool, pgbus.Config{}), newBus(t, pool, pgbus.Config{})
+	if err := b1.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const total = 300
+	seen := map[string]int{}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	rctx, cancel := context.WithTimeout(ctx, eventually)
+	defer cancel()
+	errs := make(chan error, 4)
+	for _, b := range []bus.Bus{b1, b2, b1, b2} {
+		r := mustReceiver(t, b, bus.QueueSource("q"))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := drain(rctx, r, total, seen, &mu); err != nil && rctx.Err() == nil {
+				errs <- err
+			}
+			cancel() // the others may be blocked: all messages are in
+		}()
+	}
+	s1, s2 := mustSender(t, b1, "q"), mustSender(t, b2, "q")
+	for i := 0; i < total; i += 10 {
+		s := s1
+		if i%20 == 0 {
+			s = s2
+		}
+		batch := make([]bus.Message, 10)
+		for j := range batch {
+			batch[j] = bus.Message{ID: fmt.Sprint(i + j)}
+		}
+		if err := s.Send(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(seen) != total {
+		t.Fatalf("received %d distinct messages, want %d", len(seen), total)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("id %s delivered %d times", id, n)
+		}
+	}
+}
+
+// blockedReceive starts a Receive on r and returns its result channel.
+func blockedReceive(ctx context.Context, r bus.Receiver) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, eventually)
+		defer cancel()
+		msgs, err := r.Receive(ctx, 1)
+		if err == nil && len(msgs) != 1 {
+			err = fmt.Errorf("received %d messages", len(msgs))
+		}
+		done <- err
+	}()
+	return done
+}
+
+// The receiving bus polls once a minute, so only a notification can wake it
+// before the deadline.
+func TestNotifyWakesReceiverOnAnotherBus(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	sending := newBus(t, pool, pgbus.Config{})
+	receiving := newBus(t, pool, pgbus.Config{PollInterval: time.Minute})
+	if err := sending.EnsureTopic(ctx, "t", bus.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sending.EnsureSubscription(ctx, "t", "s", bus.SubscriptionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := blockedReceive(ctx, mustReceiver(t, receiving, bus.SubscriptionSource("t", "s")))
+	time.Sleep(300 * time.Millisecond) // let it block
+	if err := mustSender(t, sending, "t").Send(ctx, bus.Message{ID: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("blocked receive: %v", err)
+	}
+}
+
+// After its listening connection dies the bus reconnects and listens again:
+// a receiver that polls once a minute still wakes on the next send.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	sending := newBus(t, pool, pgbus.Config{})
+	receiving := newBus(t, pool, pgbus.Config{PollInterval: time.Minute})
+	if err := sending.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReceiver(t, receiving, bus.QueueSource("q"))
+
+	const listeners = `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'lucius-bus-listener-%'`
+	var killed int
+	err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'lucius-bus-listener-%'`).Scan(&killed)
+	if err != nil || killed != 2 {
+		t.Fatalf("terminated %d listeners (%v), want 2", killed, err)
+	}
+	for deadline := time.Now().Add(eventually); ; time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, listeners).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listeners after %v, want 2", n, eventually)
+		}
+	}
+	// The reconnect wakes the receiver once; let it find nothing and wait again.
+	done := blockedReceive(ctx, r)
+	time.Sleep(500 * time.Millisecond)
+	if err := mustSender(t, sending, "q").Send(ctx, bus.Message{ID: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("blocked receive: %v", err)
+	}
+}
+
+func TestInvalidMessageFailsWholeBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustSender(t, b, "q").Send(ctx, bus.Message{ID: "ok"}, bus.Message{}); err == nil {
+		t.Fatal("send with a message without ID succeeded")
+	}
+	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if msgs, err := mustReceiver(t, b, bus.QueueSource("q")).Receive(qctx, 10); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("receive after a failed batch: %d messages, %v", len(msgs), err)
+	}
+}
+
+func TestEntityNamesAreValidated(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{})
+	for _, name := range []string{"", "a$b", "a/subscriptions/b", "trailing/", "-lead"} {
+		if err := b.EnsureQueue(ctx, name, bus.QueueOptions{}); err == nil {
+			t.Errorf("EnsureQueue(%q) succeeded", name)
+		}
+	}
+	if err := b.EnsureTopic(ctx, "t", bus.TopicOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureQueue(ctx, "t", bus.QueueOptions{}); err == nil {
+		t.Error("EnsureQueue succeeded on a topic's name")
+	}
+	if err := b.EnsureSubscription(ctx, "t", "a/b", bus.SubscriptionOptions{}); err == nil {
+		t.Error("EnsureSubscription accepted a name with a slash")
+	}
+	if err := b.EnsureQueue(ctx, "orchestrator-jobs", bus.QueueOptions{MaxDeliveryCount: -1}); err == nil {
+		t.Error("EnsureQueue accepted a negative max delivery count")
+	}
+}
+
+func TestPurgeDeletesExpiredDuplicateIDs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	b := newBus(t, pool, pgbus.Config{PurgeInterval: 100 * time.Millisecond})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{DuplicateDetectionWindow: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustSender(t, b, "q").Send(ctx, bus.Message{ID: "a"}, bus.Message{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(eventually); ; time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM bus_duplicates`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d duplicate-detection ids left after %v", n, eventually)
+		}
+	}
+}

@@ -1,0 +1,601 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/routing"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }
+
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	store *ledger.Store
+	eng   *engine.Engine
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	store := ledger.New(pool, nil)
+	t.Cleanup(store.Close)
+	eng, err := engine.New(store, engine.Config{
+		Protocols:     protocol.Builtin(),
+		Callbacks:     engine.Callbacks{GRPCTarget: "dns:///orchestrator:9091", RESTBaseURL: "http://orchestrator:8081"},
+		WorkspaceRoot: "file:///tmp/ws",
+		RetryBackoff:  time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: context.Background(), store: store, eng: eng}
+}
+
+// accept stores a request the way the gateway does and returns its queue message.
+func (f *fixture) accept(requestType string) *luciusv1.QueuedJob {
+	f.t.Helper()
+	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"summarize"}})
+	cmd := &luciusv1.Command{TenantId: "Acme", RequestType: requestType, InputRef: "file:///in.txt",
+		OutputRef: "file:///out.json", Payload: payload, SchemaVersion: "1"}
+	d, err := routing.Resolve(routing.Input{TenantID: cmd.TenantId})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	jobID := fmt.Sprintf("%064x", uuid.New().ID())[:48] + fmt.Sprintf("%016x", time.Now().UnixNano())
+	pinned := ledger.Routing{Mode: string(d.Mode), Partition: d.Partition, RoutingKey: d.RoutingKey, Topic: d.Topic,
+		DecisionSource: string(d.Source), DecisionReason: d.Reason}
+	raw, _ := protojson.Marshal(cmd)
+	q := &luciusv1.QueuedJob{JobId: jobID, Command: cmd, Routing: engine.RoutingToProto(pinned)}
+	body, _ := protojson.Marshal(q)
+	_, err = f.store.Accept(f.ctx, ledger.Request{JobID: jobID, TenantID: "acme", RequestHash: "h", RequestType: requestType,
+		InputRef: cmd.InputRef, OutputRef: cmd.OutputRef, Command: raw, Routing: pinned},
+		ledger.OutboxMessage{MessageID: "job/" + jobID, Destination: "orchestrator-jobs", Kind: ledger.KindJobRequest, JobID: jobID, Body: body})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return q
+}
+
+func (f *fixture) create(q *luciusv1.QueuedJob) *ledger.Job {
+	f.t.Helper()
+	c, err := f.eng.CreateJob(f.ctx, q, "orch-a")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if !c.New {
+		f.t.Fatal("CreateJob did not create the job")
+	}
+	return c.Job
+}
+
+func (f *fixture) steps(jobID string) []ledger.StepWithAttempts {
+	f.t.Helper()
+	steps, err := f.store.ListSteps(f.ctx, jobID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return steps
+}
+
+func (f *fixture) job(jobID string) *ledger.Job {
+	f.t.Helper()
+	j, err := f.store.GetJob(f.ctx, jobID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// current returns the in-flight step and its attempt.
+func (f *fixture) current(jobID string) ledger.StepWithAttempts {
+	f.t.Helper()
+	for _, s := range f.steps(jobID) {
+		if s.Status.InFlight() {
+			return s
+		}
+	}
+	f.t.Fatalf("job %s has no step in flight", jobID)
+	return ledger.StepWithAttempts{}
+}
+
+func (f *fixture) ack(s ledger.StepWithAttempts) engine.AckResult {
+	f.t.Helper()
+	r, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
+		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) result(jobID, stepID string, attempt int, lease string, status luciusv1.ResultStatus, class luciusv1.FailureClass) engine.ResultResult {
+	f.t.Helper()
+	r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: jobID, StepId: stepID, AttemptNo: int32(attempt), LeaseId: lease,
+		Status: status, FailureClass: class, Reason: "boom", FinishTime: timestamppb.Now(),
+		Artifacts: []*luciusv1.ArtifactRef{{Name: "out", Uri: "file:///tmp/ws/" + stepID + ".txt"}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) succeed(s ledger.StepWithAttempts) engine.ResultResult {
+	f.t.Helper()
+	return f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, 0)
+}
+
+func (f *fixture) events(jobID string) []ledger.Event {
+	f.t.Helper()
+	ev, err := f.store.ListEvents(f.ctx, jobID, 0, 1000)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ev
+}
+
+func (f *fixture) outbox(jobID string) []ledger.OutboxMessage {
+	f.t.Helper()
+	var out []ledger.OutboxMessage
+	msgs, err := f.store.ClaimOutbox(f.ctx, 1000, time.Minute)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.JobID == jobID {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+const applied = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED
+
+func TestThreeStepJobRunsToSuccess(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR_EMBEDDING_SIS")
+	if got := f.job(q.JobId).Status; got != ledger.JobReceived {
+		t.Fatalf("accepted job is %s, want RECEIVED", got)
+	}
+	job := f.create(q)
+	if job.Status != ledger.JobDispatching || job.OwnerID != "orch-a" || job.OwnerEpoch != 1 {
+		t.Fatalf("created job %+v", job)
+	}
+	for i, want := range []string{"ocr", "embedding", "sis"} {
+		s := f.current(q.JobId)
+		if s.StepID != want || s.AttemptNo != 1 {
+			t.Fatalf("step %d in flight is %s#%d, want %s#1", i, s.StepID, s.AttemptNo, want)
+		}
+		if r := f.ack(s); r.Outcome != applied || r.StepStatus != ledger.StepInProgress {
+			t.Fatalf("ack: %+v", r)
+		}
+		if got := f.job(q.JobId).Status; got != ledger.JobInProgress {
+			t.Fatalf("job after ack is %s", got)
+		}
+		if r := f.succeed(s); r.Outcome != applied || r.StepStatus != ledger.StepSucceeded {
+			t.Fatalf("result: %+v", r)
+		}
+	}
+	final := f.job(q.JobId)
+	if final.Status != ledger.JobSucceeded || final.ResultRef != "file:///out.json" || final.CompletedAt.IsZero() {
+		t.Fatalf("final job %+v", final)
+	}
+	steps := f.steps(q.JobId)
+	for _, s := range steps {
+		if s.Status != ledger.StepSucceeded || len(s.Attempts) != 1 {
+			t.Fatalf("step %s is %s with %d attempts", s.StepID, s.Status, len(s.Attempts))
+		}
+	}
+	// Each step's directive reads the previous step's artifact.
+	msgs := f.outbox(q.JobId)
+	var directives []*luciusv1.Directive
+	for _, m := range msgs {
+		if m.Kind != ledger.KindDirective {
+			continue
+		}
+		d := &luciusv1.Directive{}
+		if err := protojson.Unmarshal(m.Body, d); err != nil {
+			t.Fatal(err)
+		}
+		directives = append(directives, d)
+		if m.Destination != job.Routing.Topic || m.Properties["service"] != d.Service || m.Key != "acme" {
+			t.Fatalf("directive message routed wrong: %+v", m)
+		}
+	}
+	if len(directives) != 3 {
+		t.Fatalf("%d directives, want 3", len(directives))
+	}
+	if directives[0].InputRef != "file:///in.txt" || directives[1].InputRef != "file:///tmp/ws/ocr.txt" ||
+		directives[2].InputRef != "file:///tmp/ws/embedding.txt" || !directives[2].FinalStep || directives[0].FinalStep {
+		t.Fatalf("directive inputs: %s, %s, %s", directives[0].InputRef, directives[1].InputRef, directives[2].InputRef)
+	}
+	if directives[0].WorkspaceRef != "file:///tmp/ws/lucius/acme/"+q.JobId+"/" {
+		t.Fatalf("workspace_ref %s", directives[0].WorkspaceRef)
+	}
+	if directives[0].CallbackUrls.GetAckUrl() != "http://orchestrator:8081/v1/jobs/"+q.JobId+"/steps/ocr/attempts/1:ack" {
+		t.Fatalf("ack url %s", directives[0].CallbackUrls.GetAckUrl())
+	}
+	assertTerminalNeverChanged(t, f.events(q.JobId))
+}
+
+func TestCreateJobTwiceCreatesOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	f.create(q)
+	again, err := f.eng.CreateJob(f.ctx, q, "orch-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.New {
+		t.Fatal("a redelivered queue message created the job again")
+	}
+	if j := f.job(q.JobId); j.OwnerID != "orch-a" {
+		t.Fatalf("owner changed to %s", j.OwnerID)
+	}
+	if n := len(f.steps(q.JobId)[0].Attempts); n != 1 {
+		t.Fatalf("%d attempts after redelivery, want 1", n)
+	}
+}
+
+func TestStaleCallbacksAreRecordedAndChangeNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR_EMBEDDING")
+	f.create(q)
+	s := f.current(q.JobId)
+	f.ack(s)
+	succeeded := luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED
+	tests := []struct {
+		name    string
+		attempt int
+		lease   string
+		want    luciusv1.CallbackOutcome
+		reason  string
+	}{
+		{"wrong lease", s.AttemptNo, uuid.NewString(), luciusv1.CallbackOutcome_CALLBACK_OUTCOME_LEASE_MISMATCH, engine.ReasonLeaseMismatch},
+		{"wrong attempt", s.AttemptNo + 1, s.LeaseID, luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, engine.ReasonStaleAttempt},
+		{"unknown attempt and lease", s.AttemptNo + 6, uuid.NewString(), luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, engine.ReasonStaleAttempt},
+	}
+	for _, tt := range tests {
+		before := f.steps(q.JobId)
+		r := f.result(q.JobId, s.StepID, tt.attempt, tt.lease, succeeded, 0)
+		if r.Outcome != tt.want {
+			t.Fatalf("%s: outcome %s, want %s", tt.name, r.Outcome, tt.want)
+		}
+		after := f.steps(q.JobId)
+		if after[0].Status != before[0].Status || after[1].Status != before[1].Status {
+			t.Fatalf("%s changed state: %s/%s → %s/%s", tt.name, before[0].Status, before[1].Status, after[0].Status, after[1].Status)
+		}
+		if !hasEvent(f.events(q.JobId), ledger.EventCallbackRejected, tt.reason) {
+			t.Fatalf("%s: no CALLBACK_REJECTED %s event", tt.name, tt.reason)
+		}
+	}
+	// The genuine result still applies after the rejected ones.
+	if r := f.succeed(s); r.Outcome != applied {
+		t.Fatalf("genuine result: %s", r.Outcome)
+	}
+	// Repeating it is a duplicate; it changes nothing.
+	next := f.current(q.JobId)
+	if r := f.succeed(s); r.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE {
+		t.Fatalf("repeated result: %s", r.Outcome)
+	}
+	if f.current(q.JobId).AttemptNo != next.AttemptNo {
+		t.Fatal("duplicate result started another attempt")
+	}
+	if r := f.ack(s); r.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE {
+		t.Fatalf("ACK for a finished current attempt: %s", r.Outcome)
+	}
+	// Finish the job; any callback afterwards is AFTER_TERMINAL or DUPLICATE, never applied.
+	f.succeed(next)
+	if r := f.result(q.JobId, next.StepID, next.AttemptNo, uuid.NewString(), succeeded, 0); r.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL {
+		t.Fatalf("late result with another lease: %s", r.Outcome)
+	}
+	if f.job(q.JobId).Status != ledger.JobSucceeded {
+		t.Fatal("late callback changed the terminal job")
+	}
+	assertTerminalNeverChanged(t, f.events(q.JobId))
+}
+
+func TestResultBeforeAckImpliesAck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	f.create(q)
+	s := f.current(q.JobId)
+	if r := f.succeed(s); r.Outcome != applied || r.JobStatus != ledger.JobSucceeded {
+		t.Fatalf("result without ack: %+v", r)
+	}
+	att := f.steps(q.JobId)[0].Attempts[0]
+	if att.AckedAt.IsZero() || att.Status != ledger.StepSucceeded {
+		t.Fatalf("attempt %+v", att)
+	}
+}
+
+func TestNonRetryableFailureFailsJobAndCancelsPendingSteps(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR_EMBEDDING_SIS")
+	f.create(q)
+	s := f.current(q.JobId)
+	r := f.result(q.JobId, s.StepID, 1, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+	if r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal {
+		t.Fatalf("result %+v", r)
+	}
+	steps := f.steps(q.JobId)
+	if steps[1].Status != ledger.StepCancelled || steps[2].Status != ledger.StepCancelled || steps[1].AttemptNo != 0 {
+		t.Fatalf("later steps %s/%s", steps[1].Status, steps[2].Status)
+	}
+	if j := f.job(q.JobId); j.Reason != "ocr: boom" {
+		t.Fatalf("job reason %q", j.Reason)
+	}
+}
+
+func TestRetryableFailureRetriesWithPinnedRoutingUntilExhausted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	job := f.create(q)
+	for attempt := 1; attempt <= protocol.DefaultMaxAttempts; attempt++ {
+		s := f.current(q.JobId)
+		if s.AttemptNo != attempt {
+			t.Fatalf("attempt %d in flight, want %d", s.AttemptNo, attempt)
+		}
+		r := f.result(q.JobId, s.StepID, attempt, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+		if attempt < protocol.DefaultMaxAttempts && (r.StepStatus != ledger.StepDispatching || r.JobStatus == ledger.JobFailedFinal) {
+			t.Fatalf("attempt %d: %+v", attempt, r)
+		}
+		if attempt == protocol.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal) {
+			t.Fatalf("last attempt: %+v", r)
+		}
+	}
+	steps := f.steps(q.JobId)
+	if len(steps[0].Attempts) != 3 {
+		t.Fatalf("%d attempts, want 3", len(steps[0].Attempts))
+	}
+	leases := map[string]bool{}
+	for _, a := range steps[0].Attempts {
+		if a.Routing != job.Routing {
+			t.Fatalf("attempt %d routing %+v differs from pinned %+v", a.AttemptNo, a.Routing, job.Routing)
+		}
+		leases[a.LeaseID] = true
+	}
+	if len(leases) != 3 {
+		t.Fatal("attempts share a lease id")
+	}
+	// Retries are delivered after backoff through scheduled enqueue.
+	var scheduled int
+	for _, m := range f.outbox(q.JobId) {
+		if m.Kind == ledger.KindDirective && m.AttemptNo > 1 && !m.ScheduledAt.IsZero() {
+			scheduled++
+		}
+	}
+	if scheduled != 2 {
+		t.Fatalf("%d scheduled retry directives, want 2", scheduled)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	t.Run("before an orchestrator claims the job", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		q := f.accept("OCR_EMBEDDING")
+		j, err := f.eng.Cancel(f.ctx, q.JobId, "changed my mind")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != ledger.JobCancelling {
+			t.Fatalf("unclaimed cancelled job shows %s, want CANCELLING", j.Status)
+		}
+		c, err := f.eng.CreateJob(f.ctx, q, "orch-a")
+		if err != nil || !c.New {
+			t.Fatal(err)
+		}
+		if c.Job.Status != ledger.JobCancelled {
+			t.Fatalf("claimed cancelled job is %s", c.Job.Status)
+		}
+		for _, s := range f.steps(q.JobId) {
+			if s.Status != ledger.StepCancelled || s.AttemptNo != 0 {
+				t.Fatalf("step %s is %s (attempt %d)", s.StepID, s.Status, s.AttemptNo)
+			}
+		}
+	})
+	t.Run("in flight lets the step finish and starts nothing new", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		q := f.accept("OCR_EMBEDDING_SIS")
+		f.create(q)
+		s := f.current(q.JobId)
+		f.ack(s)
+		j, err := f.eng.Cancel(f.ctx, q.JobId, "")
+		if err != nil || j.Status != ledger.JobCancelling {
+			t.Fatalf("cancel: %v %+v", err, j)
+		}
+		if r := f.succeed(s); r.Outcome != applied || r.JobStatus != ledger.JobCancelled {
+			t.Fatalf("in-flight result after cancel: %+v", r)
+		}
+		steps := f.steps(q.JobId)
+		if steps[0].Status != ledger.StepSucceeded || steps[1].Status != ledger.StepCancelled || steps[1].AttemptNo != 0 {
+			t.Fatalf("steps %s %s#%d", steps[0].Status, steps[1].Status, steps[1].AttemptNo)
+		}
+	})
+	t.Run("a terminal job is left alone", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		q := f.accept("OCR")
+		f.create(q)
+		f.succeed(f.current(q.JobId))
+		j, err := f.eng.Cancel(f.ctx, q.JobId, "")
+		if err != nil || j.Status != ledger.JobSucceeded {
+			t.Fatalf("cancel of terminal job: %v %+v", err, j)
+		}
+	})
+	t.Run("an unknown job is not found", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		if _, err := f.eng.Cancel(f.ctx, "0000000000000000000000000000000000000000000000000000000000000000", ""); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("error %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// Many workers delivering the same RESULT at once must advance the job exactly once.
+func TestConcurrentDuplicateResultsApplyOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR_EMBEDDING")
+	f.create(q)
+	s := f.current(q.JobId)
+	var wg sync.WaitGroup
+	outcomes := make(chan luciusv1.CallbackOutcome, 50)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: 1, LeaseId: s.LeaseID,
+				Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			outcomes <- r.Outcome
+		}()
+	}
+	wg.Wait()
+	close(outcomes)
+	count := map[luciusv1.CallbackOutcome]int{}
+	for o := range outcomes {
+		count[o]++
+	}
+	if count[applied] != 1 || count[luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE] != 49 {
+		t.Fatalf("outcomes %v, want 1 applied and 49 duplicates", count)
+	}
+	if steps := f.steps(q.JobId); len(steps[1].Attempts) != 1 {
+		t.Fatalf("next step has %d attempts, want 1", len(steps[1].Attempts))
+	}
+}
+
+func TestMarkSentMovesJobAndStepOn(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	msgs, err := f.store.ClaimOutbox(f.ctx, 10, time.Minute)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("claim: %v, %d messages", err, len(msgs))
+	}
+	if err := f.store.MarkSent(f.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.job(q.JobId).Status; got != ledger.JobQueued {
+		t.Fatalf("published request shows %s, want QUEUED", got)
+	}
+	f.create(q)
+	msgs, err = f.store.ClaimOutbox(f.ctx, 10, time.Minute)
+	if err != nil || len(msgs) != 1 || msgs[0].Kind != ledger.KindDirective {
+		t.Fatalf("claim directive: %v %+v", err, msgs)
+	}
+	if again, _ := f.store.ClaimOutbox(f.ctx, 10, time.Minute); len(again) != 0 {
+		t.Fatal("a leased outbox message was claimed twice")
+	}
+	if err := f.store.MarkSent(f.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.steps(q.JobId)[0]; s.Status != ledger.StepAwaitingAck || s.Attempts[0].Status != ledger.StepAwaitingAck {
+		t.Fatalf("step after publish: %s / %s", s.Status, s.Attempts[0].Status)
+	}
+	// Marking again (a dispatcher that crashed after publishing) changes nothing.
+	if err := f.store.MarkSent(f.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range f.events(q.JobId) {
+		if e.ToStatus == string(ledger.StepAwaitingAck) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d AWAITING_ACK transitions, want 1", n)
+	}
+}
+
+func TestOrphanReclaimIncrementsEpoch(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	f.create(q)
+	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE jobs SET owner_heartbeat_at = now() - interval '10 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.store.ReclaimOrphans(f.ctx, "orch-b", 2*time.Minute, 10)
+	if err != nil || len(got) != 1 || got[0].PreviousOwner != "orch-a" || got[0].Epoch != 2 {
+		t.Fatalf("reclaim: %v %+v", err, got)
+	}
+	if n, _ := f.store.Heartbeat(f.ctx, "orch-a"); n != 0 {
+		t.Fatalf("the former owner's heartbeat touched %d jobs", n)
+	}
+	if n, _ := f.store.Heartbeat(f.ctx, "orch-b"); n != 1 {
+		t.Fatalf("the new owner's heartbeat touched %d jobs", n)
+	}
+	if again, _ := f.store.ReclaimOrphans(f.ctx, "orch-c", 2*time.Minute, 10); len(again) != 0 {
+		t.Fatal("a freshly heartbeated job was reclaimed")
+	}
+}
+
+func hasEvent(events []ledger.Event, typ, reason string) bool {
+	for _, e := range events {
+		if e.Type == typ && e.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// assertTerminalNeverChanged fails when the trail shows a job or step leaving a terminal state.
+func assertTerminalNeverChanged(t *testing.T, events []ledger.Event) {
+	t.Helper()
+	for _, e := range events {
+		from := e.FromStatus
+		switch e.Type {
+		case ledger.EventJobStatusChanged:
+			if ledger.JobStatus(from).Terminal() {
+				t.Fatalf("job left terminal state %s: %+v", from, e)
+			}
+		case ledger.EventStepStatusChanged:
+			if ledger.StepStatus(from).Terminal() {
+				t.Fatalf("step left terminal state %s: %+v", from, e)
+			}
+		}
+	}
+}
+
+func TestUnknownProtocolFailsTheJobWithAReason(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	q.Command.RequestType = "RETIRED_TYPE"
+	c, err := f.eng.CreateJob(f.ctx, q, "orch-a")
+	if err != nil || !c.New {
+		t.Fatalf("create: %v %+v", err, c)
+	}
+	j := f.job(q.JobId)
+	if j.Status != ledger.JobFailedFinal || j.Reason == "" || j.CompletedAt.IsZero() {
+		t.Fatalf("job %+v", j)
+	}
+}

@@ -1,0 +1,122 @@
+// Package ledger is the system of record: requests, jobs, steps, attempts, the
+// job event trail and the outbox, in PostgreSQL. All of Lucius's SQL for these
+// tables lives here. The package stores and guards; it does not decide. State
+// machine decisions belong to package engine, which runs them inside a ledger
+// transaction (Store.InTx) so every state change, its events and the outbox rows
+// it implies commit together.
+package ledger
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations create and evolve the ledger's tables.
+var Migrations = func() migrate.Set {
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	return migrate.Set{Component: "ledger", FS: sub}
+}()
+
+// Errors returned by the store.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrIdempotencyConflict: the idempotency key was used before for a different command.
+	ErrIdempotencyConflict = errors.New("idempotency key already used for a different command")
+)
+
+// NotifyChannel is the channel the store notifies after committing outbox rows,
+// so the dispatcher publishes without waiting for its poll.
+const NotifyChannel = "ledger_outbox"
+
+// Store is the ledger over a connection pool.
+type Store struct {
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	notify *notifier
+}
+
+// New returns a store. The pool's database must be migrated (see Migrations).
+func New(pool *pgxpool.Pool, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, log: log, notify: newNotifier(pool, log)}
+}
+
+// Pool is the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// InTx runs fn in a transaction and commits it with the events and outbox
+// messages fn recorded. A deadlock or serialization failure retries fn (it must
+// be safe to run again); any other error rolls back.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	const maxTries = 3
+	for try := 1; ; try++ {
+		err := s.inTx(ctx, fn)
+		if err == nil || try == maxTries || !retryable(err) {
+			return err
+		}
+		s.log.WarnContext(ctx, "retrying ledger transaction", "try", try, "err", err)
+	}
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
+	pgtx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer pgtx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	tx := &Tx{tx: pgtx}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.flush(ctx); err != nil {
+		return err
+	}
+	if err := pgtx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(tx.outbox) > 0 {
+		s.notify.poke()
+	}
+	return nil
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// Close stops the store's background notifier. It does not close the pool.
+func (s *Store) Close() { s.notify.close() }
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// nullTime turns a zero time into SQL NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,0 +1,153 @@
+-- Accepted commands. The job id is derived from the tenant and idempotency key
+-- (or the canonical command), so the primary key enforces idempotency.
+CREATE TABLE requests (
+    job_id              text        PRIMARY KEY,
+    tenant_id           text        NOT NULL, -- normalized: lower(trim())
+    idempotency_key     text,
+    request_hash        text        NOT NULL, -- SHA-256 of the canonical command
+    request_type        text        NOT NULL,
+    input_ref           text        NOT NULL,
+    output_ref          text        NOT NULL,
+    doc_id              text        NOT NULL DEFAULT '',
+    correlation_id      text        NOT NULL DEFAULT '',
+    callback_url        text        NOT NULL DEFAULT '',
+    command             jsonb       NOT NULL, -- the envelope as received
+    resolved_mode       text        NOT NULL,
+    partition           int         NOT NULL,
+    routing_key_used    text        NOT NULL,
+    topic               text        NOT NULL,
+    decision_source     text        NOT NULL,
+    decision_reason     text        NOT NULL,
+    cancel_requested_at timestamptz,
+    cancel_reason       text        NOT NULL DEFAULT '',
+    received_at         timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX requests_received ON requests (received_at DESC, job_id DESC);
+CREATE INDEX requests_tenant_received ON requests (tenant_id, received_at DESC, job_id DESC);
+
+-- Jobs exist once an orchestrator claimed the request. owner_epoch fences
+-- writes: reclaiming an orphan increments it and the former owner's writes,
+-- which name the old epoch, change nothing.
+CREATE TABLE jobs (
+    job_id              text        PRIMARY KEY REFERENCES requests (job_id),
+    tenant_id           text        NOT NULL,
+    request_type        text        NOT NULL,
+    protocol_id         text        NOT NULL,
+    protocol_version    int         NOT NULL,
+    status              text        NOT NULL,
+    resolved_mode       text        NOT NULL,
+    partition           int         NOT NULL,
+    routing_key_used    text        NOT NULL,
+    topic               text        NOT NULL,
+    decision_source     text        NOT NULL,
+    decision_reason     text        NOT NULL,
+    input_ref           text        NOT NULL,
+    output_ref          text        NOT NULL,
+    doc_id              text        NOT NULL DEFAULT '',
+    correlation_id      text        NOT NULL DEFAULT '',
+    callback_url        text        NOT NULL DEFAULT '',
+    payload             jsonb       NOT NULL DEFAULT '{}',
+    owner_id            text        NOT NULL DEFAULT '',
+    owner_epoch         bigint      NOT NULL DEFAULT 1,
+    owner_heartbeat_at  timestamptz,
+    current_step_id     text        NOT NULL DEFAULT '',
+    reason              text        NOT NULL DEFAULT '',
+    result_ref          text        NOT NULL DEFAULT '',
+    cancel_requested_at timestamptz,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    completed_at        timestamptz
+);
+-- Only live jobs are heartbeated and reclaimed; keep those scans small.
+CREATE INDEX jobs_owner_live ON jobs (owner_id) WHERE completed_at IS NULL;
+CREATE INDEX jobs_heartbeat_live ON jobs (owner_heartbeat_at) WHERE completed_at IS NULL;
+
+CREATE TABLE steps (
+    job_id        text        NOT NULL REFERENCES jobs (job_id),
+    step_id       text        NOT NULL,
+    step_index    int         NOT NULL,
+    step_type     text        NOT NULL,
+    service       text        NOT NULL,
+    status        text        NOT NULL,
+    attempt_no    int         NOT NULL DEFAULT 0, -- current attempt, 0 before the first
+    lease_id      uuid,                           -- current attempt's lease
+    max_attempts  int         NOT NULL,
+    ack_timeout_ms bigint     NOT NULL,
+    output        jsonb,
+    artifacts     jsonb       NOT NULL DEFAULT '[]',
+    failure_class text        NOT NULL DEFAULT '',
+    reason        text        NOT NULL DEFAULT '',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    started_at    timestamptz,
+    completed_at  timestamptz,
+    PRIMARY KEY (job_id, step_id)
+);
+
+-- Every dispatch of a step, with its routing pinned at creation: recovery
+-- re-dispatches with these values and never recomputes them.
+CREATE TABLE attempts (
+    job_id           text        NOT NULL,
+    step_id          text        NOT NULL,
+    attempt_no       int         NOT NULL,
+    lease_id         uuid        NOT NULL,
+    status           text        NOT NULL,
+    resolved_mode    text        NOT NULL,
+    partition        int         NOT NULL,
+    routing_key_used text        NOT NULL,
+    topic            text        NOT NULL,
+    decision_source  text        NOT NULL,
+    decision_reason  text        NOT NULL,
+    worker_id        text        NOT NULL DEFAULT '',
+    failure_class    text        NOT NULL DEFAULT '',
+    reason           text        NOT NULL DEFAULT '',
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    ack_deadline     timestamptz,
+    acked_at         timestamptz,
+    completed_at     timestamptz,
+    PRIMARY KEY (job_id, step_id, attempt_no),
+    FOREIGN KEY (job_id, step_id) REFERENCES steps (job_id, step_id)
+);
+
+-- Append-only audit trail. No foreign key: a request has events before its job exists.
+CREATE TABLE job_events (
+    event_id    bigserial   PRIMARY KEY,
+    job_id      text        NOT NULL,
+    step_id     text        NOT NULL DEFAULT '',
+    attempt_no  int         NOT NULL DEFAULT 0,
+    type        text        NOT NULL,
+    from_status text        NOT NULL DEFAULT '',
+    to_status   text        NOT NULL DEFAULT '',
+    reason      text        NOT NULL DEFAULT '',
+    data        jsonb,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX job_events_job ON job_events (job_id, event_id);
+
+-- Durable intent to publish, written in the same transaction as the state
+-- change that implies it. message_id is stable so a re-send is dropped by the
+-- bus's duplicate detection.
+CREATE TABLE outbox (
+    id             bigserial   PRIMARY KEY,
+    message_id     text        NOT NULL UNIQUE,
+    destination    text        NOT NULL,
+    kind           text        NOT NULL,
+    job_id         text        NOT NULL DEFAULT '',
+    step_id        text        NOT NULL DEFAULT '',
+    attempt_no     int         NOT NULL DEFAULT 0,
+    body           bytea       NOT NULL,
+    content_type   text        NOT NULL DEFAULT 'application/json',
+    properties     jsonb       NOT NULL DEFAULT '{}',
+    message_key    text        NOT NULL DEFAULT '',
+    correlation_id text        NOT NULL DEFAULT '',
+    subject        text        NOT NULL DEFAULT '',
+    scheduled_at   timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    available_at   timestamptz NOT NULL DEFAULT now(), -- claim lease of the dispatcher
+    attempts       int         NOT NULL DEFAULT 0,
+    last_error     text        NOT NULL DEFAULT '',
+    sent_at        timestamptz
+);
+CREATE INDEX outbox_pending ON outbox (available_at, id) WHERE sent_at IS NULL;
+CREATE INDEX outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
+CREATE INDEX outbox_job ON outbox (job_id, kind);

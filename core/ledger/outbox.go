@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ClaimOutbox leases up to limit unsent messages for lease: other dispatchers
+// skip them until the lease runs out, so a dispatcher that dies mid-publish only
+// delays its batch. Publishing twice is harmless: message ids are stable.
+func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]OutboxMessage, error) {
+	rows, err := s.pool.Query(ctx, sqlClaimOutbox, limit, lease.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OutboxMessage, error) { return scanOutbox(row) })
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	return msgs, nil
+}
+
+// MarkSent records that messages reached the bus, and moves what that implies:
+// a published job request makes the job QUEUED (event JOB_QUEUED); a published
+// directive moves its step from DISPATCHING to AWAITING_ACK.
+func (s *Store) MarkSent(ctx context.Context, msgs []OutboxMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return s.InTx(ctx, func(tx *Tx) error {
+		rows, err := tx.tx.Query(ctx, sqlMarkSent, ids)
+		if err != nil {
+			return fmt.Errorf("mark sent: %w", err)
+		}
+		type sent struct {
+			kind, jobID, stepID string
+			attemptNo           int
+		}
+		marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sent, error) {
+			var m sent
+			return m, row.Scan(&m.kind, &m.jobID, &m.stepID, &m.attemptNo)
+		})
+		if err != nil {
+			return fmt.Errorf("mark sent: %w", err)
+		}
+		var jobs, steps []string
+		var attempts []int32
+		for _, m := range marked {
+			switch m.kind {
+			case KindJobRequest:
+				tx.Append(Event{JobID: m.jobID, Type: EventJobQueued, FromStatus: string(JobReceived), ToStatus: string(JobQueued)})
+			case KindDirective:
+				jobs, steps, attempts = append(jobs, m.jobID), append(steps, m.stepID), append(attempts, int32(m.attemptNo))
+			}
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		rows, err = tx.tx.Query(ctx, sqlStepsPublished, jobs, steps, attempts)
+		if err != nil {
+			return fmt.Errorf("steps published: %w", err)
+		}
+		moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sent, error) {
+			var m sent
+			return m, row.Scan(&m.jobID, &m.stepID, &m.attemptNo)
+		})
+		if err != nil {
+			return fmt.Errorf("steps published: %w", err)
+		}
+		for _, m := range moved {
+			tx.Append(Event{JobID: m.jobID, StepID: m.stepID, AttemptNo: m.attemptNo, Type: EventStepStatusChanged,
+				FromStatus: string(StepDispatching), ToStatus: string(StepAwaitingAck), Reason: "DIRECTIVE_PUBLISHED"})
+		}
+		return nil
+	})
+}
+
+// ReleaseOutbox returns a message that could not be published, to be retried
+// after retryAfter, and records the cause.
+func (s *Store) ReleaseOutbox(ctx context.Context, id int64, cause string, retryAfter time.Duration) error {
+	if _, err := s.pool.Exec(ctx, sqlReleaseOutbox, id, cause, retryAfter.Seconds()); err != nil {
+		return fmt.Errorf("release outbox %d: %w", id, err)
+	}
+	return nil
+}
+
+// PurgeSentOutbox deletes up to limit messages sent more than olderThan ago.
+func (s *Store) PurgeSentOutbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, sqlPurgeSent, olderThan.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge outbox: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// OutboxBacklog reports how many messages wait and the age of the oldest.
+func (s *Store) OutboxBacklog(ctx context.Context) (int64, time.Duration, error) {
+	var n int64
+	var age float64
+	if err := s.pool.QueryRow(ctx, sqlOutboxBacklog).Scan(&n, &age); err != nil {
+		return 0, 0, fmt.Errorf("outbox backlog: %w", err)
+	}
+	return n, time.Duration(age * float64(time.Second)), nil
+}

@@ -1,0 +1,249 @@
+package ledger
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Column lists shared by every query that scans the same struct.
+const (
+	jobColumns = `job_id, tenant_id, request_type, protocol_id, protocol_version, status,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
+	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
+	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
+	cancel_requested_at, created_at, updated_at, completed_at`
+
+	stepColumns = `job_id, step_id, step_index, step_type, service, status, attempt_no,
+	coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, output, artifacts, failure_class, reason,
+	created_at, updated_at, started_at, completed_at`
+
+	attemptColumns = `job_id, step_id, attempt_no, lease_id::text, status,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
+	worker_id, failure_class, reason, created_at, ack_deadline, acked_at, completed_at`
+
+	eventColumns = `event_id, job_id, step_id, attempt_no, type, from_status, to_status, reason, data, created_at`
+
+	outboxColumns = `id, message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
+	properties, message_key, correlation_id, subject, scheduled_at, created_at, attempts`
+
+	// jobView reads a job whether or not an orchestrator has created it: an
+	// accepted request shows RECEIVED until its job-request message is published,
+	// then QUEUED, or CANCELLING once a cancel was asked for.
+	jobView = `SELECT r.job_id, r.tenant_id, r.request_type,
+	coalesce(j.protocol_id, '') AS protocol_id, coalesce(j.protocol_version, 0) AS protocol_version,
+	CASE WHEN j.job_id IS NOT NULL THEN j.status
+	     WHEN r.cancel_requested_at IS NOT NULL THEN 'CANCELLING'
+	     WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = r.job_id AND o.kind = 'job-request' AND o.sent_at IS NULL) THEN 'RECEIVED'
+	     ELSE 'QUEUED' END AS status,
+	r.resolved_mode, r.partition, r.routing_key_used, r.topic, r.decision_source, r.decision_reason,
+	r.input_ref, r.output_ref, r.doc_id, r.correlation_id, r.callback_url,
+	coalesce(j.payload, r.command -> 'payload', '{}'::jsonb) AS payload,
+	coalesce(j.owner_id, '') AS owner_id, coalesce(j.owner_epoch, 0) AS owner_epoch, j.owner_heartbeat_at,
+	coalesce(j.current_step_id, '') AS current_step_id,
+	coalesce(j.reason, r.cancel_reason) AS reason, coalesce(j.result_ref, '') AS result_ref,
+	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
+	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at
+	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
+)
+
+const (
+	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
+	input_ref, output_ref, doc_id, correlation_id, callback_url, command,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+	ON CONFLICT (job_id) DO NOTHING
+	RETURNING received_at`
+
+	sqlRequestHash = `SELECT request_hash FROM requests WHERE job_id = $1`
+
+	sqlLockRequest = `SELECT job_id, tenant_id, coalesce(idempotency_key, ''), request_hash, request_type,
+	input_ref, output_ref, doc_id, correlation_id, callback_url, command,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
+	cancel_requested_at, received_at
+	FROM requests WHERE job_id = $1 FOR UPDATE`
+
+	sqlCancelRequest = `UPDATE requests SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+	cancel_reason = CASE WHEN cancel_requested_at IS NULL THEN $2 ELSE cancel_reason END
+	WHERE job_id = $1`
+
+	sqlLockJob = `SELECT ` + jobColumns + ` FROM jobs WHERE job_id = $1 FOR UPDATE`
+
+	sqlInsertJob = `INSERT INTO jobs (job_id, tenant_id, request_type, protocol_id, protocol_version, status,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
+	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
+	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22, $23, $24)
+	ON CONFLICT (job_id) DO NOTHING`
+
+	sqlUpdateJob = `UPDATE jobs SET status = $2, current_step_id = $3, reason = $4, result_ref = $5,
+	cancel_requested_at = $6, completed_at = $7, updated_at = now()
+	WHERE job_id = $1`
+
+	sqlSteps = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 ORDER BY step_index, step_id`
+
+	sqlUpdateStep = `UPDATE steps SET status = $3, attempt_no = $4, lease_id = $5, output = $6, artifacts = $7,
+	failure_class = $8, reason = $9, started_at = $10, completed_at = $11, updated_at = now()
+	WHERE job_id = $1 AND step_id = $2`
+
+	sqlAttempt = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
+
+	sqlAttemptsOfJob = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 ORDER BY step_id, attempt_no`
+
+	sqlInsertAttempt = `INSERT INTO attempts (job_id, step_id, attempt_no, lease_id, status,
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, ack_deadline)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+	sqlUpdateAttempt = `UPDATE attempts SET status = $4, worker_id = $5, failure_class = $6, reason = $7,
+	acked_at = $8, completed_at = $9
+	WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
+
+	sqlGetJob = jobView + ` WHERE r.job_id = $1`
+
+	// sqlListJobs pages newest first with a (received_at, job_id) keyset. The
+	// status filter applies to the derived status, hence the subquery.
+	sqlListJobs = `SELECT * FROM (` + jobView + `
+	WHERE ($1 = '' OR r.tenant_id = $1)
+	  AND ($2::timestamptz IS NULL OR (r.received_at, r.job_id) < ($2, $3))) v
+	WHERE cardinality($4::text[]) = 0 OR v.status = ANY($4)
+	ORDER BY v.created_at DESC, v.job_id DESC
+	LIMIT $5`
+
+	sqlListEvents = `SELECT ` + eventColumns + ` FROM job_events WHERE job_id = $1 AND event_id > $2
+	ORDER BY event_id LIMIT $3`
+
+	sqlHeartbeat = `UPDATE jobs SET owner_heartbeat_at = now()
+	WHERE owner_id = $1 AND completed_at IS NULL`
+
+	// sqlReclaim takes over live jobs whose owner stopped heartbeating. The
+	// epoch increment fences the former owner; SKIP LOCKED lets several
+	// orchestrators scan at once without contending.
+	sqlReclaim = `WITH c AS (
+		SELECT job_id, owner_id AS previous_owner FROM jobs
+		WHERE completed_at IS NULL AND owner_heartbeat_at < now() - make_interval(secs => $2)
+		ORDER BY owner_heartbeat_at
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED)
+	UPDATE jobs j SET owner_id = $1, owner_epoch = j.owner_epoch + 1, owner_heartbeat_at = now(), updated_at = now()
+	FROM c WHERE j.job_id = c.job_id
+	RETURNING j.job_id, c.previous_owner, j.owner_epoch`
+
+	sqlClaimOutbox = `WITH c AS (
+		SELECT id FROM outbox
+		WHERE sent_at IS NULL AND available_at <= now()
+		ORDER BY available_at, id
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED)
+	UPDATE outbox o SET available_at = now() + make_interval(secs => $2), attempts = o.attempts + 1
+	FROM c WHERE o.id = c.id
+	RETURNING ` + "o.id, o.message_id, o.destination, o.kind, o.job_id, o.step_id, o.attempt_no, o.body, o.content_type, o.properties, o.message_key, o.correlation_id, o.subject, o.scheduled_at, o.created_at, o.attempts"
+
+	sqlMarkSent = `UPDATE outbox SET sent_at = now(), last_error = ''
+	WHERE id = ANY($1) AND sent_at IS NULL
+	RETURNING kind, job_id, step_id, attempt_no`
+
+	// sqlStepsPublished moves steps whose directive reached the bus from
+	// DISPATCHING to AWAITING_ACK, unless a callback already moved them on.
+	// Rows are locked in key order so concurrent writers cannot deadlock.
+	sqlStepsPublished = `WITH sent AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) AS u(job_id, step_id, attempt_no)),
+	target AS (
+		SELECT s.job_id, s.step_id, s.attempt_no FROM steps s JOIN sent USING (job_id, step_id, attempt_no)
+		WHERE s.status = 'DISPATCHING'
+		ORDER BY s.job_id, s.step_id
+		FOR UPDATE OF s),
+	moved AS (
+		UPDATE steps s SET status = 'AWAITING_ACK', updated_at = now()
+		FROM target t WHERE s.job_id = t.job_id AND s.step_id = t.step_id
+		RETURNING s.job_id, s.step_id, s.attempt_no)
+	UPDATE attempts a SET status = 'AWAITING_ACK'
+	FROM moved m WHERE a.job_id = m.job_id AND a.step_id = m.step_id AND a.attempt_no = m.attempt_no
+	RETURNING a.job_id, a.step_id, a.attempt_no`
+
+	sqlReleaseOutbox = `UPDATE outbox SET available_at = now() + make_interval(secs => $3), last_error = $2
+	WHERE id = $1 AND sent_at IS NULL`
+
+	sqlPurgeSent = `DELETE FROM outbox WHERE id IN (
+		SELECT id FROM outbox WHERE sent_at < now() - make_interval(secs => $1) LIMIT $2)`
+
+	sqlOutboxBacklog = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
+	FROM outbox WHERE sent_at IS NULL`
+)
+
+func scanJob(row pgx.Row) (*Job, error) {
+	var j Job
+	var heartbeat, cancelAt, completedAt *time.Time
+	var payload []byte
+	err := row.Scan(&j.JobID, &j.TenantID, &j.RequestType, &j.ProtocolID, &j.ProtocolVersion, &j.Status,
+		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
+		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
+		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
+		&cancelAt, &j.CreatedAt, &j.UpdatedAt, &completedAt)
+	if err != nil {
+		return nil, err
+	}
+	j.Payload = payload
+	j.OwnerHeartbeatAt, j.CancelRequestedAt, j.CompletedAt = derefTime(heartbeat), derefTime(cancelAt), derefTime(completedAt)
+	return &j, nil
+}
+
+func scanStep(row pgx.Row) (Step, error) {
+	var s Step
+	var ackMS int64
+	var output, artifacts []byte
+	var started, completed *time.Time
+	err := row.Scan(&s.JobID, &s.StepID, &s.Index, &s.Type, &s.Service, &s.Status, &s.AttemptNo, &s.LeaseID,
+		&s.MaxAttempts, &ackMS, &output, &artifacts, &s.FailureClass, &s.Reason, &s.CreatedAt, &s.UpdatedAt,
+		&started, &completed)
+	if err != nil {
+		return s, err
+	}
+	s.AckTimeout = time.Duration(ackMS) * time.Millisecond
+	s.Output = output
+	if err := json.Unmarshal(artifacts, &s.Artifacts); err != nil {
+		return s, err
+	}
+	s.StartedAt, s.CompletedAt = derefTime(started), derefTime(completed)
+	return s, nil
+}
+
+func scanAttempt(row pgx.Row) (*Attempt, error) {
+	var a Attempt
+	var deadline, acked, completed *time.Time
+	err := row.Scan(&a.JobID, &a.StepID, &a.AttemptNo, &a.LeaseID, &a.Status,
+		&a.Routing.Mode, &a.Routing.Partition, &a.Routing.RoutingKey, &a.Routing.Topic, &a.Routing.DecisionSource,
+		&a.Routing.DecisionReason, &a.WorkerID, &a.FailureClass, &a.Reason, &a.CreatedAt, &deadline, &acked, &completed)
+	if err != nil {
+		return nil, err
+	}
+	a.AckDeadline, a.AckedAt, a.CompletedAt = derefTime(deadline), derefTime(acked), derefTime(completed)
+	return &a, nil
+}
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	var data []byte
+	if err := row.Scan(&e.ID, &e.JobID, &e.StepID, &e.AttemptNo, &e.Type, &e.FromStatus, &e.ToStatus, &e.Reason,
+		&data, &e.CreatedAt); err != nil {
+		return e, err
+	}
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &e.Data); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+func scanOutbox(row pgx.Row) (OutboxMessage, error) {
+	var m OutboxMessage
+	var props []byte
+	var scheduled *time.Time
+	if err := row.Scan(&m.ID, &m.MessageID, &m.Destination, &m.Kind, &m.JobID, &m.StepID, &m.AttemptNo, &m.Body,
+		&m.ContentType, &props, &m.Key, &m.CorrelationID, &m.Subject, &scheduled, &m.CreatedAt, &m.Attempts); err != nil {
+		return m, err
+	}
+	m.ScheduledAt = derefTime(scheduled)
+	return m, json.Unmarshal(props, &m.Properties)
+}

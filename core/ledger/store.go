@@ -1,0 +1,191 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Accepted is the answer to Accept.
+type Accepted struct {
+	// Created is false when the request repeated an earlier one.
+	Created    bool
+	Job        *Job // the job's current view
+	ReceivedAt time.Time
+}
+
+// Accept stores a new request with its outbox message and JOB_ACCEPTED event in
+// one transaction. If the job id exists already, nothing is written: the same
+// request hash returns the existing job, a different one ErrIdempotencyConflict.
+func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage) (Accepted, error) {
+	var created bool
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var received time.Time
+		err := tx.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
+			r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
+			r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
+			r.Routing.DecisionReason).Scan(&received)
+		if errors.Is(err, pgx.ErrNoRows) {
+			created = false
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert request %s: %w", r.JobID, err)
+		}
+		created = true
+		tx.Enqueue(msg)
+		tx.Append(Event{JobID: r.JobID, Type: EventJobAccepted, ToStatus: string(JobReceived),
+			Data: map[string]any{"tenant_id": r.TenantID, "request_type": r.RequestType, "correlation_id": r.CorrelationID}})
+		return nil
+	})
+	if err != nil {
+		return Accepted{}, err
+	}
+	if !created {
+		var hash string
+		if err := s.pool.QueryRow(ctx, sqlRequestHash, r.JobID).Scan(&hash); err != nil {
+			return Accepted{}, fmt.Errorf("read request %s: %w", r.JobID, err)
+		}
+		if hash != r.RequestHash {
+			return Accepted{}, ErrIdempotencyConflict
+		}
+	}
+	job, err := s.GetJob(ctx, r.JobID)
+	if err != nil {
+		return Accepted{}, err
+	}
+	return Accepted{Created: created, Job: job, ReceivedAt: job.CreatedAt}, nil
+}
+
+// GetJob returns a job, or the early view of an accepted request no
+// orchestrator has created yet (RECEIVED, QUEUED or CANCELLING).
+func (s *Store) GetJob(ctx context.Context, jobID string) (*Job, error) {
+	j, err := scanJob(s.pool.QueryRow(ctx, sqlGetJob, jobID))
+	if isNoRows(err) {
+		return nil, fmt.Errorf("job %s: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", jobID, err)
+	}
+	return j, nil
+}
+
+// JobFilter selects jobs for ListJobs.
+type JobFilter struct {
+	TenantID string      // normalized; empty for all tenants
+	Statuses []JobStatus // empty for all
+	Limit    int
+	// After continues a listing after the job with this creation time and id.
+	AfterTime  time.Time
+	AfterJobID string
+}
+
+// ListJobs returns jobs newest first.
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*Job, error) {
+	statuses := make([]string, len(f.Statuses))
+	for i, st := range f.Statuses {
+		statuses[i] = string(st)
+	}
+	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Job, error) { return scanJob(row) })
+}
+
+// StepWithAttempts is a step and its attempts, oldest first.
+type StepWithAttempts struct {
+	Step
+	Attempts []Attempt
+}
+
+// ListSteps returns a job's steps in order with their attempts. A job not yet
+// created by an orchestrator has none.
+func (s *Store) ListSteps(ctx context.Context, jobID string) ([]StepWithAttempts, error) {
+	rows, err := s.pool.Query(ctx, sqlSteps, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
+	}
+	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) { return scanStep(row) })
+	if err != nil {
+		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
+	}
+	rows, err = s.pool.Query(ctx, sqlAttemptsOfJob, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", jobID, err)
+	}
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		a, err := scanAttempt(row)
+		if err != nil {
+			return Attempt{}, err
+		}
+		return *a, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", jobID, err)
+	}
+	byStep := map[string][]Attempt{}
+	for _, a := range attempts {
+		byStep[a.StepID] = append(byStep[a.StepID], a)
+	}
+	out := make([]StepWithAttempts, len(steps))
+	for i, st := range steps {
+		out[i] = StepWithAttempts{Step: st, Attempts: byStep[st.StepID]}
+	}
+	return out, nil
+}
+
+// ListEvents returns up to limit events of a job with ids above afterID, oldest first.
+func (s *Store) ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]Event, error) {
+	rows, err := s.pool.Query(ctx, sqlListEvents, jobID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", jobID, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
+}
+
+// Heartbeat refreshes the ownership of every live job the owner holds.
+func (s *Store) Heartbeat(ctx context.Context, owner string) (int64, error) {
+	tag, err := s.pool.Exec(ctx, sqlHeartbeat, owner)
+	if err != nil {
+		return 0, fmt.Errorf("heartbeat %s: %w", owner, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Reclaimed is a job taken over from a silent owner.
+type Reclaimed struct {
+	JobID         string
+	PreviousOwner string
+	Epoch         int64
+}
+
+// ReclaimOrphans takes over up to limit live jobs whose owner has not
+// heartbeated for threshold, incrementing their owner epoch, and records an
+// OWNER_CHANGED event for each.
+func (s *Store) ReclaimOrphans(ctx context.Context, owner string, threshold time.Duration, limit int) ([]Reclaimed, error) {
+	var out []Reclaimed
+	err := s.InTx(ctx, func(tx *Tx) error {
+		out = out[:0]
+		rows, err := tx.tx.Query(ctx, sqlReclaim, owner, threshold.Seconds(), limit)
+		if err != nil {
+			return fmt.Errorf("reclaim: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Reclaimed, error) {
+			var r Reclaimed
+			return r, row.Scan(&r.JobID, &r.PreviousOwner, &r.Epoch)
+		})
+		if err != nil {
+			return fmt.Errorf("reclaim: %w", err)
+		}
+		for _, r := range out {
+			tx.Append(Event{JobID: r.JobID, Type: EventOwnerChanged, Reason: "ORPHAN_RECLAIMED",
+				Data: map[string]any{"previous_owner": r.PreviousOwner, "owner": owner, "owner_epoch": r.Epoch}})
+		}
+		return nil
+	})
+	return out, err
+}

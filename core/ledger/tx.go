@@ -1,0 +1,245 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tx is a ledger transaction. Reads lock what they return (FOR UPDATE) in the
+// order request → job → steps, which every writer follows to avoid deadlocks.
+// Events and outbox messages are buffered and written in bulk at commit.
+type Tx struct {
+	tx     pgx.Tx
+	events []Event
+	outbox []OutboxMessage
+}
+
+// Append records audit events, written when the transaction commits.
+func (t *Tx) Append(events ...Event) { t.events = append(t.events, events...) }
+
+// Enqueue records messages to publish, written when the transaction commits.
+func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }
+
+// LockRequest returns the request and locks it.
+func (t *Tx) LockRequest(ctx context.Context, jobID string) (*Request, time.Time, error) {
+	var r Request
+	var cancelAt *time.Time
+	err := t.tx.QueryRow(ctx, sqlLockRequest, jobID).Scan(&r.JobID, &r.TenantID, &r.IdempotencyKey, &r.RequestHash,
+		&r.RequestType, &r.InputRef, &r.OutputRef, &r.DocID, &r.CorrelationID, &r.CallbackURL, &r.Command,
+		&r.Routing.Mode, &r.Routing.Partition, &r.Routing.RoutingKey, &r.Routing.Topic, &r.Routing.DecisionSource,
+		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt)
+	if isNoRows(err) {
+		return nil, time.Time{}, fmt.Errorf("request %s: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("lock request %s: %w", jobID, err)
+	}
+	return &r, derefTime(cancelAt), nil
+}
+
+// MarkRequestCancelled records a cancellation asked for before any orchestrator
+// created the job; the orchestrator that claims it creates it cancelled.
+func (t *Tx) MarkRequestCancelled(ctx context.Context, jobID, reason string) error {
+	if _, err := t.tx.Exec(ctx, sqlCancelRequest, jobID, reason); err != nil {
+		return fmt.Errorf("cancel request %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// LockJob returns the job and locks it. ErrNotFound when no orchestrator created it yet.
+func (t *Tx) LockJob(ctx context.Context, jobID string) (*Job, error) {
+	j, err := scanJob(t.tx.QueryRow(ctx, sqlLockJob, jobID))
+	if isNoRows(err) {
+		return nil, fmt.Errorf("job %s: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock job %s: %w", jobID, err)
+	}
+	return j, nil
+}
+
+// InsertJob creates the job unless it exists; it reports whether it did.
+func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
+	tag, err := t.tx.Exec(ctx, sqlInsertJob, j.JobID, j.TenantID, j.RequestType, j.ProtocolID, j.ProtocolVersion,
+		j.Status, j.Routing.Mode, j.Routing.Partition, j.Routing.RoutingKey, j.Routing.Topic, j.Routing.DecisionSource,
+		j.Routing.DecisionReason, j.InputRef, j.OutputRef, j.DocID, j.CorrelationID, j.CallbackURL, jsonOrEmpty(j.Payload),
+		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
+	if err != nil {
+		return false, fmt.Errorf("insert job %s: %w", j.JobID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// UpdateJob writes the job's mutable fields (status, current step, reason,
+// result, cancellation, completion).
+func (t *Tx) UpdateJob(ctx context.Context, j *Job) error {
+	tag, err := t.tx.Exec(ctx, sqlUpdateJob, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
+		nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
+	if err != nil {
+		return fmt.Errorf("update job %s: %w", j.JobID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("update job %s: %w", j.JobID, ErrNotFound)
+	}
+	return nil
+}
+
+// Steps returns the job's steps in order. Call LockJob first: the job lock
+// guards its steps.
+func (t *Tx) Steps(ctx context.Context, jobID string) ([]Step, error) {
+	rows, err := t.tx.Query(ctx, sqlSteps, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) { return scanStep(row) })
+}
+
+// InsertSteps creates steps.
+func (t *Tx) InsertSteps(ctx context.Context, steps []Step) error {
+	rows := make([][]any, len(steps))
+	for i, s := range steps {
+		artifacts, err := json.Marshal(nonNilArtifacts(s.Artifacts))
+		if err != nil {
+			return err
+		}
+		rows[i] = []any{s.JobID, s.StepID, s.Index, s.Type, s.Service, string(s.Status), s.AttemptNo, nullUUID(s.LeaseID),
+			s.MaxAttempts, s.AckTimeout.Milliseconds(), artifacts}
+	}
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{"steps"}, []string{"job_id", "step_id", "step_index", "step_type",
+		"service", "status", "attempt_no", "lease_id", "max_attempts", "ack_timeout_ms", "artifacts"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("insert steps: %w", err)
+	}
+	return nil
+}
+
+// UpdateStep writes a step's mutable fields.
+func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
+	artifacts, err := json.Marshal(nonNilArtifacts(s.Artifacts))
+	if err != nil {
+		return err
+	}
+	tag, err := t.tx.Exec(ctx, sqlUpdateStep, s.JobID, s.StepID, s.Status, s.AttemptNo, nullUUID(s.LeaseID),
+		jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason, nullTime(s.StartedAt), nullTime(s.CompletedAt))
+	if err != nil {
+		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, ErrNotFound)
+	}
+	return nil
+}
+
+// Attempt returns one attempt of a step.
+func (t *Tx) Attempt(ctx context.Context, jobID, stepID string, attemptNo int) (*Attempt, error) {
+	a, err := scanAttempt(t.tx.QueryRow(ctx, sqlAttempt, jobID, stepID, attemptNo))
+	if isNoRows(err) {
+		return nil, fmt.Errorf("attempt %s/%s#%d: %w", jobID, stepID, attemptNo, ErrNotFound)
+	}
+	return a, err
+}
+
+// InsertAttempt creates an attempt with its pinned routing.
+func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
+	_, err := t.tx.Exec(ctx, sqlInsertAttempt, a.JobID, a.StepID, a.AttemptNo, a.LeaseID, a.Status,
+		a.Routing.Mode, a.Routing.Partition, a.Routing.RoutingKey, a.Routing.Topic, a.Routing.DecisionSource,
+		a.Routing.DecisionReason, nullTime(a.AckDeadline))
+	if err != nil {
+		return fmt.Errorf("insert attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
+	}
+	return nil
+}
+
+// UpdateAttempt writes an attempt's mutable fields. Routing never changes.
+func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
+	tag, err := t.tx.Exec(ctx, sqlUpdateAttempt, a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID,
+		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.CompletedAt))
+	if err != nil {
+		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, ErrNotFound)
+	}
+	return nil
+}
+
+// flush writes the buffered events and outbox messages.
+func (t *Tx) flush(ctx context.Context) error {
+	if len(t.events) > 0 {
+		rows := make([][]any, len(t.events))
+		for i, e := range t.events {
+			var data []byte
+			if e.Data != nil {
+				var err error
+				if data, err = json.Marshal(e.Data); err != nil {
+					return fmt.Errorf("event data: %w", err)
+				}
+			}
+			rows[i] = []any{e.JobID, e.StepID, e.AttemptNo, e.Type, e.FromStatus, e.ToStatus, e.Reason, data}
+		}
+		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"job_events"}, []string{"job_id", "step_id", "attempt_no",
+			"type", "from_status", "to_status", "reason", "data"}, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("append events: %w", err)
+		}
+	}
+	if len(t.outbox) > 0 {
+		rows := make([][]any, len(t.outbox))
+		for i, m := range t.outbox {
+			props, err := json.Marshal(nonNilMap(m.Properties))
+			if err != nil {
+				return err
+			}
+			contentType := m.ContentType
+			if contentType == "" {
+				contentType = "application/json"
+			}
+			rows[i] = []any{m.MessageID, m.Destination, m.Kind, m.JobID, m.StepID, m.AttemptNo, m.Body, contentType,
+				props, m.Key, m.CorrelationID, m.Subject, nullTime(m.ScheduledAt)}
+		}
+		if _, err := t.tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, []string{"message_id", "destination", "kind", "job_id",
+			"step_id", "attempt_no", "body", "content_type", "properties", "message_key", "correlation_id", "subject",
+			"scheduled_at"}, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("enqueue outbox: %w", err)
+		}
+	}
+	return nil
+}
+
+func nonNilArtifacts(a []Artifact) []Artifact {
+	if a == nil {
+		return []Artifact{}
+	}
+	return a
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func nullUUID(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func jsonOrNull(raw json.RawMessage) any {
+	if len(raw) == 0 {
+		return nil
+	}
+	return string(raw)
+}
+
+func jsonOrEmpty(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	return string(raw)
+}

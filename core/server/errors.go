@@ -1,0 +1,94 @@
+package server
+
+import (
+	"fmt"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrorDomain is the ErrorInfo domain of every Lucius error (AIP-193).
+const ErrorDomain = "lucius"
+
+// Reasons of ErrorInfo that clients can switch on.
+const (
+	ReasonInvalidArgument      = "INVALID_ARGUMENT"
+	ReasonUnknownRequestType   = "UNKNOWN_REQUEST_TYPE"
+	ReasonUnsupportedSchema    = "UNSUPPORTED_SCHEMA_VERSION"
+	ReasonInvalidPayload       = "INVALID_PAYLOAD"
+	ReasonInvalidRef           = "INVALID_REF"
+	ReasonBurstWithoutDocID    = "BURST_REQUIRES_DOC_ID"
+	ReasonBurstForbidden       = "BURST_FORBIDDEN"
+	ReasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	ReasonJobNotFound          = "JOB_NOT_FOUND"
+	ReasonStepNotFound         = "STEP_NOT_FOUND"
+	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
+	ReasonUnavailable          = "UNAVAILABLE"
+	ReasonInternal             = "INTERNAL"
+)
+
+// Violation is one invalid field, with the reason code of what is wrong.
+type Violation struct {
+	Field       string
+	Description string
+	Reason      string
+}
+
+// Error builds a status with an ErrorInfo reason (and metadata pairs k1, v1, ...).
+func Error(code codes.Code, reason, msg string, metadata ...string) *status.Status {
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: map[string]string{}}
+	for i := 0; i+1 < len(metadata); i += 2 {
+		info.Metadata[metadata[i]] = metadata[i+1]
+	}
+	st, err := status.New(code, msg).WithDetails(info)
+	if err != nil {
+		return status.New(code, msg)
+	}
+	return st
+}
+
+// InvalidArgument builds an INVALID_ARGUMENT status (HTTP 400) with field
+// violations. The ErrorInfo reason is the first violation's (or
+// INVALID_ARGUMENT); the message names the first violation.
+func InvalidArgument(violations ...Violation) *status.Status {
+	reason, msg := ReasonInvalidArgument, "invalid request"
+	if len(violations) > 0 {
+		if violations[0].Reason != "" {
+			reason = violations[0].Reason
+		}
+		msg = "invalid request: " + violations[0].Field + ": " + violations[0].Description
+		if len(violations) > 1 {
+			msg += fmt.Sprintf(" (and %d more)", len(violations)-1)
+		}
+	}
+	br := &errdetails.BadRequest{}
+	for _, v := range violations {
+		r := v.Reason
+		if r == "" {
+			r = ReasonInvalidArgument
+		}
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+			Field: v.Field, Description: v.Description, Reason: r})
+	}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	st, err := status.New(codes.InvalidArgument, msg).WithDetails(info, br)
+	if err != nil {
+		return status.New(codes.InvalidArgument, msg)
+	}
+	return st
+}
+
+// ValidationStatus turns protovalidate's violations into INVALID_ARGUMENT.
+func ValidationStatus(err *protovalidate.ValidationError) *status.Status {
+	var vs []Violation
+	for _, v := range err.Violations {
+		field := protovalidate.FieldPathString(v.Proto.GetField())
+		if field == "" {
+			field = protovalidate.FieldPathString(v.Proto.GetRule())
+		}
+		vs = append(vs, Violation{Field: field, Description: v.Proto.GetMessage(), Reason: ReasonInvalidArgument})
+	}
+	return InvalidArgument(vs...)
+}

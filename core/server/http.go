@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// ReadyFunc reports whether the process can serve (its dependencies answer).
+type ReadyFunc func(ctx context.Context) error
+
+// NewHTTPMux returns the HTTP surface of a service: the grpc-gateway REST mux
+// (may be nil) at /, /healthz (alive), /readyz (ready runs) and /metrics.
+func NewHTTPMux(rest http.Handler, metrics http.Handler, ready ReadyFunc) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	if rest != nil {
+		mux.Handle("/", otelhttp.NewHandler(rest, "rest", otelhttp.WithSpanNameFormatter(
+			func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path })))
+	}
+	return mux
+}
+
+// NewRESTMux returns a grpc-gateway mux with Lucius's JSON conventions: proto
+// field names (snake_case, as in the seeds) and enum names on output; both
+// snake_case and camelCase accepted on input.
+func NewRESTMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
+	opts = append([]runtime.ServeMuxOption{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	}, opts...)
+	return runtime.NewServeMux(opts...)
+}
+
+// NewHTTPServer returns an HTTP server with sane timeouts.
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

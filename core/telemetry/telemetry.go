@@ -1,0 +1,170 @@
+// Package telemetry sets up what every Lucius process reports: structured logs
+// (log/slog, JSON, with trace and span ids from the context), OpenTelemetry
+// traces (exported over OTLP when an endpoint is configured; always propagated
+// across gRPC and the bus) and metrics (served for Prometheus at /metrics).
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Config describes a process's telemetry.
+type Config struct {
+	// Service is the service name, e.g. "gateway". Required.
+	Service string
+	// Instance distinguishes replicas, e.g. "orchestrator-2".
+	Instance string
+	// LogLevel: debug, info (default), warn, error.
+	LogLevel string
+	// LogFormat: json (default) or text.
+	LogFormat string
+	// LogOutput defaults to stderr.
+	LogOutput io.Writer
+	// OTLPEndpoint (host:port, gRPC, insecure) receives spans; empty exports none.
+	OTLPEndpoint string
+	// SpanExporter overrides OTLPEndpoint; tests use an in-memory exporter.
+	SpanExporter sdktrace.SpanExporter
+}
+
+// Validate reports a missing or unknown setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Service == "" {
+		errs = append(errs, errors.New("telemetry: Service is required"))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "" && c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, errors.New("telemetry: LogFormat must be json or text"))
+	}
+	return errors.Join(errs...)
+}
+
+// Telemetry is a process's configured providers.
+type Telemetry struct {
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	// Metrics serves the Prometheus exposition format.
+	Metrics  http.Handler
+	shutdown []func(context.Context) error
+}
+
+// Setup builds the providers and installs them as the OpenTelemetry globals
+// (with W3C trace-context and baggage propagation).
+func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	out := cfg.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewJSONHandler(out, opts)
+	if cfg.LogFormat == "text" {
+		handler = slog.NewTextHandler(out, opts)
+	}
+	attrs := []slog.Attr{slog.String(KeyService, cfg.Service)}
+	if cfg.Instance != "" {
+		attrs = append(attrs, slog.String(KeyInstance, cfg.Instance))
+	}
+	logger := slog.New(traceHandler{handler.WithAttrs(attrs)})
+
+	res := resource.NewSchemaless(attribute.String("service.name", "lucius-"+cfg.Service),
+		attribute.String("service.instance.id", cfg.Instance))
+	t := &Telemetry{Logger: logger}
+
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	exporter := cfg.SpanExporter
+	if exporter == nil && cfg.OTLPEndpoint != "" {
+		var err error
+		exporter, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint), otlptracegrpc.WithInsecure())
+		if err != nil {
+			return nil, err
+		}
+	}
+	if exporter != nil {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exporter))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	t.TracerProvider = tp
+	t.shutdown = append(t.shutdown, tp.Shutdown)
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promExporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExporter), sdkmetric.WithResource(res))
+	t.MeterProvider = mp
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+	t.Metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return t, nil
+}
+
+// Shutdown flushes and stops the providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, f := range t.shutdown {
+		errs = append(errs, f(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if s == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, errors.New("telemetry: LogLevel must be debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// traceHandler adds trace_id and span_id to records logged with a context that
+// carries a span, so logs and traces join up.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String(KeyTraceID, sc.TraceID().String()), slog.String(KeySpanID, sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
