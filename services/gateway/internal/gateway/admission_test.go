@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/core/server"
+)
+
+var testPolicy = Policy{RefSchemes: []string{"file", "https", "az"}, DefaultMode: routing.ModeDefault}
+
+func validCommand() *luciusv1.Command {
+	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"summarize"}, "chunk_size": 100})
+	return &luciusv1.Command{TenantId: "Acme", RequestType: "OCR_EMBEDDING_SIS", InputRef: "file:///data/in.txt",
+		OutputRef: "file:///data/out.json", Payload: payload, SchemaVersion: "1.0"}
+}
+
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
+	t.Parallel()
+	reg := protocol.Builtin()
+	id := func(mutate func(c *luciusv1.Command)) string {
+		t.Helper()
+		c := validCommand()
+		mutate(c)
+		a, vs := admit(c, reg, testPolicy)
+		if vs != nil {
+			t.Fatalf("unexpected violations %v", vs)
+		}
+		if !hex64.MatchString(a.jobID) {
+			t.Fatalf("job id %q is not 64 hex characters", a.jobID)
+		}
+		return a.jobID
+	}
+	base := id(func(*luciusv1.Command) {})
+	if id(func(*luciusv1.Command) {}) != base {
+		t.Fatal("the same command gave two job ids")
+	}
+	if id(func(c *luciusv1.Command) { c.TenantId = "  ACME " }) != base {
+		t.Fatal("tenant case and whitespace changed the job id")
+	}
+	if id(func(c *luciusv1.Command) { c.CorrelationId = "trace-me" }) != base {
+		t.Fatal("correlation id changed the job id")
+	}
+	if id(func(c *luciusv1.Command) { c.SchemaVersion = "1.3" }) != base {
+		t.Fatal("a compatible minor schema version changed the job id")
+	}
+	if id(func(c *luciusv1.Command) { c.InputRef = "file:///data/other.txt" }) == base {
+		t.Fatal("a different input gave the same job id")
+	}
+	reordered, _ := structpb.NewStruct(map[string]any{"chunk_size": 100, "prompt_set": []any{"summarize"}})
+	if id(func(c *luciusv1.Command) { c.Payload = reordered }) != base {
+		t.Fatal("payload key order changed the job id")
+	}
+	keyed := id(func(c *luciusv1.Command) { c.IdempotencyKey = "k-1" })
+	if keyed == base {
+		t.Fatal("an idempotency key did not change how the id is derived")
+	}
+	if id(func(c *luciusv1.Command) { c.IdempotencyKey = "k-1"; c.InputRef = "file:///data/other.txt" }) != keyed {
+		t.Fatal("with a key the id must depend on tenant and key only")
+	}
+	if id(func(c *luciusv1.Command) { c.IdempotencyKey = "k-1"; c.TenantId = "globex" }) == keyed {
+		t.Fatal("two tenants using the same key got the same job id")
+	}
+}
+
+func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
+	t.Parallel()
+	reg := protocol.Builtin()
+	tests := []struct {
+		name   string
+		mutate func(c *luciusv1.Command)
+		field  string
+		reason string
+	}{
+		{"blank tenant", func(c *luciusv1.Command) { c.TenantId = "   " }, "command.tenant_id", server.ReasonInvalidArgument},
+		{"unknown request type", func(c *luciusv1.Command) { c.RequestType = "TRANSLATE" }, "command.request_type", server.ReasonUnknownRequestType},
+		{"future schema version", func(c *luciusv1.Command) { c.SchemaVersion = "2" }, "command.schema_version", server.ReasonUnsupportedSchema},
+		{"relative input ref", func(c *luciusv1.Command) { c.InputRef = "data/in.txt" }, "command.input_ref", server.ReasonInvalidRef},
+		{"scheme not allowed", func(c *luciusv1.Command) { c.InputRef = "ftp://host/in.txt" }, "command.input_ref", server.ReasonInvalidRef},
+		{"file ref with host", func(c *luciusv1.Command) { c.OutputRef = "file://server/out.json" }, "command.output_ref", server.ReasonInvalidRef},
+		{"file ref escaping", func(c *luciusv1.Command) { c.OutputRef = "file:///data/../etc/passwd" }, "command.output_ref", server.ReasonInvalidRef},
+		{"https ref without blob", func(c *luciusv1.Command) { c.InputRef = "https://account.blob.core.windows.net" }, "command.input_ref", server.ReasonInvalidRef},
+		{"SIS without prompt_set", func(c *luciusv1.Command) { c.Payload, _ = structpb.NewStruct(map[string]any{}) }, "command.payload.prompt_set", server.ReasonInvalidPayload},
+		{"empty prompt_set", func(c *luciusv1.Command) {
+			c.Payload, _ = structpb.NewStruct(map[string]any{"prompt_set": []any{}})
+		}, "command.payload.prompt_set", server.ReasonInvalidPayload},
+		{"BURST without doc_id", func(c *luciusv1.Command) { c.Mode = luciusv1.Mode_MODE_BURST }, "command.doc_id", server.ReasonBurstWithoutDocID},
+		{"callback not http", func(c *luciusv1.Command) { c.CallbackUrl = "ftp://x/y" }, "command.callback_url", server.ReasonInvalidRef},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := validCommand()
+			tt.mutate(c)
+			a, vs := admit(c, reg, testPolicy)
+			if a != nil || len(vs) == 0 {
+				t.Fatalf("accepted an invalid command")
+			}
+			if vs[0].Field != tt.field || vs[0].Reason != tt.reason || vs[0].Description == "" {
+				t.Fatalf("violation %+v, want field %s reason %s", vs[0], tt.field, tt.reason)
+			}
+		})
+	}
+}
+
+func TestAdmitReportsEveryViolationAtOnce(t *testing.T) {
+	t.Parallel()
+	c := validCommand()
+	c.SchemaVersion, c.InputRef, c.Payload = "9", "nope", &structpb.Struct{}
+	_, vs := admit(c, protocol.Builtin(), testPolicy)
+	fields := map[string]bool{}
+	for _, v := range vs {
+		fields[v.Field] = true
+	}
+	for _, f := range []string{"command.schema_version", "command.input_ref", "command.payload.prompt_set"} {
+		if !fields[f] {
+			t.Errorf("no violation for %s in %v", f, vs)
+		}
+	}
+}
+
+func TestBurstRoutesOnTenantAndDocument(t *testing.T) {
+	t.Parallel()
+	c := validCommand()
+	c.Mode, c.DocId = luciusv1.Mode_MODE_BURST, " Doc-7 "
+	a, vs := admit(c, protocol.Builtin(), testPolicy)
+	if vs != nil {
+		t.Fatal(vs)
+	}
+	if a.route.RoutingKey != "acmedoc-7" || a.route.Source != routing.SourceRequest || !strings.HasPrefix(a.route.Topic, "global-burst-p") {
+		t.Fatalf("route %+v", a.route)
+	}
+}
+
+// FuzzAdmit: any command is either rejected with violations naming command
+// fields, or admitted with a 64-hex job id; never both, never a panic.
+func FuzzAdmit(f *testing.F) {
+	seed, _ := proto.Marshal(validCommand())
+	f.Add(seed)
+	f.Add([]byte{})
+	reg := protocol.Builtin()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c := &luciusv1.Command{}
+		if proto.Unmarshal(raw, c) != nil {
+			return
+		}
+		a, vs := admit(c, reg, testPolicy)
+		if (a == nil) == (len(vs) == 0) {
+			t.Fatalf("admit returned %v and %d violations", a, len(vs))
+		}
+		for _, v := range vs {
+			if !strings.HasPrefix(v.Field, "command.") || v.Reason == "" || v.Description == "" {
+				t.Fatalf("bad violation %+v", v)
+			}
+		}
+		if a != nil && (!hex64.MatchString(a.jobID) || !hex64.MatchString(a.hash)) {
+			t.Fatalf("bad ids %q %q", a.jobID, a.hash)
+		}
+	})
+}

@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// Bus names the gateway writes to.
+const (
+	QueueOrchestratorJobs = "orchestrator-jobs"
+	MessageTypeJobRequest = "job-request"
+)
+
+// commandService implements lucius.v1.CommandService.
+type commandService struct {
+	luciusv1.UnimplementedCommandServiceServer
+	store     *ledger.Store
+	protocols *protocol.Registry
+	policy    Policy
+	log       *slog.Logger
+	submits   metric.Int64Counter
+}
+
+var _ luciusv1.CommandServiceServer = (*commandService)(nil)
+
+func newCommandService(store *ledger.Store, protocols *protocol.Registry, policy Policy, log *slog.Logger) (*commandService, error) {
+	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
+		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict) and request type."))
+	if err != nil {
+		return nil, err
+	}
+	return &commandService{store: store, protocols: protocols, policy: policy, log: log, submits: submits}, nil
+}
+
+// Submit validates the envelope, derives the job id and stores the request with
+// its orchestrator-jobs message in one transaction.
+func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
+	cmd := req.GetCommand()
+	a, violations := admit(cmd, s.protocols, s.policy)
+	if violations != nil {
+		s.count(ctx, "invalid", cmd.GetRequestType())
+		return nil, server.InvalidArgument(violations...).Err()
+	}
+	log := s.log.With(telemetry.JobID(a.jobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
+		slog.String(telemetry.KeyCorrelationID, cmd.GetCorrelationId()))
+	pinned := ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
+		Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason}
+	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cmd)
+	if err != nil {
+		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
+	}
+	queued := &luciusv1.QueuedJob{JobId: a.jobID, Command: cmd, Routing: engine.RoutingToProto(pinned), AcceptTime: timestamppb.Now()}
+	body, err := protojson.Marshal(queued)
+	if err != nil {
+		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode queued job").Err()
+	}
+	props := map[string]string{"MessageType": MessageTypeJobRequest, engine.PropTenantID: a.tenant, engine.PropJobID: a.jobID}
+	otel.GetTextMapPropagator().Inject(ctx, busCarrier(props))
+	res, err := s.store.Accept(ctx, ledger.Request{
+		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
+		RequestType: cmd.GetRequestType(), InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
+		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(),
+		Command: raw, Routing: pinned,
+	}, ledger.OutboxMessage{
+		MessageID: "job-request/" + a.jobID, Destination: QueueOrchestratorJobs, Kind: ledger.KindJobRequest,
+		JobID: a.jobID, Body: body, ContentType: "application/json", Properties: props, Key: a.route.RoutingKey,
+		CorrelationID: cmd.GetCorrelationId(), Subject: cmd.GetRequestType(),
+	})
+	switch {
+	case errors.Is(err, ledger.ErrIdempotencyConflict):
+		s.count(ctx, "conflict", cmd.GetRequestType())
+		log.InfoContext(ctx, "idempotency key reused for a different command")
+		return nil, server.Error(codes.AlreadyExists, server.ReasonIdempotencyKeyReused,
+			"idempotency_key was already used by this tenant for a different command; use a new key",
+			"job_id", a.jobID).Err()
+	case err != nil:
+		log.ErrorContext(ctx, "accept command", telemetry.Err(err))
+		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the command could not be stored; retry").Err()
+	}
+	outcome := "accepted"
+	if !res.Created {
+		outcome = "duplicate"
+	}
+	s.count(ctx, outcome, cmd.GetRequestType())
+	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition)
+	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Job.Status), Duplicate: !res.Created,
+		AcceptTime: timestamppb.New(res.ReceivedAt)}, nil
+}
+
+func (s *commandService) count(ctx context.Context, outcome, requestType string) {
+	s.submits.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome), attribute.String("request_type", requestType)))
+}

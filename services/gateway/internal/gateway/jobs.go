@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// jobService implements lucius.v1.JobService from the ledger.
+type jobService struct {
+	luciusv1.UnimplementedJobServiceServer
+	store *ledger.Store
+	log   *slog.Logger
+}
+
+var _ luciusv1.JobServiceServer = (*jobService)(nil)
+
+// GetJob returns the job, or its early view before an orchestrator claims it.
+func (s *jobService) GetJob(ctx context.Context, req *luciusv1.GetJobRequest) (*luciusv1.GetJobResponse, error) {
+	job, err := s.store.GetJob(ctx, req.GetJobId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	return &luciusv1.GetJobResponse{Job: jobToProto(job)}, nil
+}
+
+// jobCursor is the content of a ListJobs page token.
+type jobCursor struct {
+	Time  time.Time `json:"t"`
+	JobID string    `json:"id"`
+}
+
+// ListJobs lists jobs newest first with keyset pagination.
+func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest) (*luciusv1.ListJobsResponse, error) {
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 50
+	}
+	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Limit: size + 1}
+	for _, st := range req.GetStatuses() {
+		filter.Statuses = append(filter.Statuses, jobStatusFromProto(st))
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		var c jobCursor
+		if err := decodeToken(tok, &c); err != nil || c.JobID == "" {
+			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+				Description: "is not a token this API returned"}).Err()
+		}
+		filter.AfterTime, filter.AfterJobID = c.Time, c.JobID
+	}
+	jobs, err := s.store.ListJobs(ctx, filter)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "")
+	}
+	resp := &luciusv1.ListJobsResponse{}
+	if len(jobs) > size {
+		last := jobs[size-1]
+		resp.NextPageToken = encodeToken(jobCursor{Time: last.CreatedAt, JobID: last.JobID})
+		jobs = jobs[:size]
+	}
+	for _, j := range jobs {
+		resp.Jobs = append(resp.Jobs, jobToProto(j))
+	}
+	return resp, nil
+}
+
+// ListJobSteps returns the steps of a job with their attempts.
+func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStepsRequest) (*luciusv1.ListJobStepsResponse, error) {
+	if _, err := s.store.GetJob(ctx, req.GetJobId()); err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	steps, err := s.store.ListSteps(ctx, req.GetJobId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	resp := &luciusv1.ListJobStepsResponse{}
+	for _, st := range steps {
+		resp.Steps = append(resp.Steps, stepToProto(st))
+	}
+	return resp, nil
+}
+
+// ListJobEvents pages through a job's audit trail, oldest first.
+func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEventsRequest) (*luciusv1.ListJobEventsResponse, error) {
+	if _, err := s.store.GetJob(ctx, req.GetJobId()); err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 200
+	}
+	var after int64
+	if tok := req.GetPageToken(); tok != "" {
+		var raw string
+		if err := decodeToken(tok, &raw); err != nil {
+			return nil, invalidPageToken()
+		}
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 {
+			return nil, invalidPageToken()
+		}
+		after = n
+	}
+	events, err := s.store.ListEvents(ctx, req.GetJobId(), after, size+1)
+	if err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	resp := &luciusv1.ListJobEventsResponse{}
+	if len(events) > size {
+		events = events[:size]
+		resp.NextPageToken = encodeToken(strconv.FormatInt(events[size-1].ID, 10))
+	}
+	for _, e := range events {
+		resp.Events = append(resp.Events, eventToProto(e))
+	}
+	return resp, nil
+}
+
+// CancelJob asks the job to stop (see engine.Cancel).
+func (s *jobService) CancelJob(ctx context.Context, req *luciusv1.CancelJobRequest) (*luciusv1.CancelJobResponse, error) {
+	job, err := engine.Cancel(ctx, s.store, req.GetJobId(), req.GetReason(), nil)
+	if err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	s.log.InfoContext(ctx, "cancel requested", telemetry.JobID(job.JobID), "status", job.Status)
+	return &luciusv1.CancelJobResponse{Job: jobToProto(job)}, nil
+}
+
+// storeError maps ledger errors to API statuses, in one place.
+func (s *jobService) storeError(ctx context.Context, err error, jobID string) error {
+	if errors.Is(err, ledger.ErrNotFound) {
+		return server.Error(codes.NotFound, server.ReasonJobNotFound, "job "+jobID+" not found", "job_id", jobID).Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
+	}
+	s.log.ErrorContext(ctx, "ledger", telemetry.JobID(jobID), telemetry.Err(err))
+	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+}
+
+func invalidPageToken() error {
+	return server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+		Description: "is not a token this API returned"}).Err()
+}
+
+func encodeToken(v any) string {
+	b, _ := json.Marshal(v)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeToken(tok string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

@@ -1,0 +1,90 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// callbackService implements lucius.v1.CallbackService. Any orchestrator
+// instance serves any job's callbacks: the job's row lock and the
+// (attempt_no, lease_id) guard make concurrent and repeated callbacks safe.
+type callbackService struct {
+	luciusv1.UnimplementedCallbackServiceServer
+	engine    *engine.Engine
+	log       *slog.Logger
+	callbacks metric.Int64Counter
+}
+
+var _ luciusv1.CallbackServiceServer = (*callbackService)(nil)
+
+func newCallbackService(eng *engine.Engine, log *slog.Logger) (*callbackService, error) {
+	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_callbacks_total",
+		metric.WithDescription("ACK and RESULT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL)."))
+	if err != nil {
+		return nil, err
+	}
+	return &callbackService{engine: eng, log: log, callbacks: c}, nil
+}
+
+// Ack applies a worker's pickup signal.
+func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*luciusv1.AckResponse, error) {
+	res, err := s.engine.Ack(ctx, req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	s.record(ctx, "ACK", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	return &luciusv1.AckResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus)}, nil
+}
+
+// Result applies the end of an attempt.
+func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultRequest) (*luciusv1.ResultResponse, error) {
+	res, err := s.engine.Result(ctx, req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	s.record(ctx, "RESULT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	return &luciusv1.ResultResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus),
+		JobStatus: luciusv1.JobStatus(luciusv1.JobStatus_value["JOB_STATUS_"+string(res.JobStatus)])}, nil
+}
+
+func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32, status string) {
+	name := outcome.String()[len("CALLBACK_OUTCOME_"):]
+	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", name)))
+	level := slog.LevelInfo
+	if outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		level = slog.LevelWarn
+	}
+	s.log.Log(ctx, level, "callback "+kind, telemetry.JobID(jobID), telemetry.StepID(stepID),
+		telemetry.AttemptNo(int(attempt)), slog.String(telemetry.KeyOutcome, name), "step_status", status)
+}
+
+// callbackError maps engine errors to API statuses, in one place.
+func (s *callbackService) callbackError(ctx context.Context, err error, jobID, stepID string) error {
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return server.Error(codes.NotFound, server.ReasonJobNotFound, "job "+jobID+" not found", "job_id", jobID).Err()
+	case errors.Is(err, engine.ErrUnknownStep):
+		return server.Error(codes.NotFound, server.ReasonStepNotFound, "job "+jobID+" has no step "+stepID,
+			"job_id", jobID, "step_id", stepID).Err()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "callback cancelled or timed out; retry").Err()
+	}
+	s.log.ErrorContext(ctx, "apply callback", telemetry.JobID(jobID), telemetry.StepID(stepID), telemetry.Err(err))
+	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the callback could not be applied; retry").Err()
+}
+
+func stepStatus(s ledger.StepStatus) luciusv1.StepStatus {
+	return luciusv1.StepStatus(luciusv1.StepStatus_value["STEP_STATUS_"+string(s)])
+}

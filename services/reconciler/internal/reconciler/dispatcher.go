@@ -1,0 +1,279 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// DispatcherConfig tunes the outbox dispatcher.
+type DispatcherConfig struct {
+	// BatchSize is the most rows claimed per round (default 200).
+	BatchSize int
+	// Lease hides claimed rows from other dispatchers while this one publishes
+	// (default 30s). A dispatcher that dies mid-publish delays its batch by this.
+	Lease time.Duration
+	// PollInterval is the fallback when no notification arrives (default 1s).
+	PollInterval time.Duration
+	// RetryAfter delays a row whose publish failed (default 2s).
+	RetryAfter time.Duration
+}
+
+func (c *DispatcherConfig) defaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 200
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = 2 * time.Second
+	}
+}
+
+// dispatcher publishes outbox rows to the bus and marks them sent. Several may
+// run at once: claims skip each other's rows. Publishing twice (a crash between
+// publish and mark) is harmless: message ids are stable and the bus drops the
+// duplicate.
+type dispatcher struct {
+	store *ledger.Store
+	bus   bus.Bus
+	pool  *pgxpool.Pool
+	cfg   DispatcherConfig
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	senders map[string]bus.Sender
+
+	published metric.Int64Counter
+	failures  metric.Int64Counter
+	lag       metric.Float64Histogram
+}
+
+func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg DispatcherConfig, log *slog.Logger) (*dispatcher, error) {
+	cfg.defaults()
+	meter := otel.Meter("lucius/reconciler")
+	published, err := meter.Int64Counter("lucius_outbox_published_total", metric.WithDescription("Outbox messages published, by kind."))
+	if err != nil {
+		return nil, err
+	}
+	failures, err := meter.Int64Counter("lucius_outbox_publish_failures_total", metric.WithDescription("Outbox publish failures, by destination."))
+	if err != nil {
+		return nil, err
+	}
+	lag, err := meter.Float64Histogram("lucius_outbox_dispatch_lag_seconds",
+		metric.WithDescription("Time from outbox write to publish."), metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
+	d := &dispatcher{store: store, bus: b, pool: pool, cfg: cfg, log: log, senders: map[string]bus.Sender{},
+		published: published, failures: failures, lag: lag}
+	_, err = meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			n, _, err := store.OutboxBacklog(ctx)
+			if err == nil {
+				o.Observe(n)
+			}
+			return err
+		}))
+	return d, err
+}
+
+// run publishes until ctx ends. A notification on ledger.NotifyChannel (sent
+// after every commit that wrote outbox rows) wakes it; a poll is the fallback.
+func (d *dispatcher) run(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	go listen(ctx, d.pool, ledger.NotifyChannel, wake, d.log)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.closeSenders()
+			return
+		case <-wake:
+		case <-timer.C:
+		}
+		for {
+			n, err := d.round(ctx)
+			if err != nil && ctx.Err() == nil {
+				d.log.WarnContext(ctx, "dispatch round", telemetry.Err(err))
+			}
+			if err != nil || n < d.cfg.BatchSize {
+				break // a full batch means more may be waiting: go again at once
+			}
+		}
+		timer.Reset(d.cfg.PollInterval)
+	}
+}
+
+// round claims one batch, publishes it grouped by destination, and marks what
+// was published. It returns the number of rows claimed.
+func (d *dispatcher) round(ctx context.Context) (int, error) {
+	msgs, err := d.store.ClaimOutbox(ctx, d.cfg.BatchSize, d.cfg.Lease)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	byDest := map[string][]ledger.OutboxMessage{}
+	var order []string
+	for _, m := range msgs {
+		if _, ok := byDest[m.Destination]; !ok {
+			order = append(order, m.Destination)
+		}
+		byDest[m.Destination] = append(byDest[m.Destination], m)
+	}
+	var sent []ledger.OutboxMessage
+	for _, dest := range order {
+		batch := byDest[dest]
+		if err := d.publish(ctx, dest, batch); err != nil {
+			d.failures.Add(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("destination", dest)))
+			d.log.WarnContext(ctx, "publish failed; will retry", telemetry.KeyTopic, dest, "messages", len(batch), telemetry.Err(err))
+			for _, m := range batch {
+				if rerr := d.store.ReleaseOutbox(ctx, m.ID, err.Error(), d.cfg.RetryAfter); rerr != nil {
+					d.log.WarnContext(ctx, "release outbox row", telemetry.Err(rerr))
+				}
+			}
+			continue
+		}
+		sent = append(sent, batch...)
+	}
+	if err := d.store.MarkSent(ctx, sent); err != nil {
+		// Published but not marked: the lease expires and the rows are published
+		// again, which the bus drops as duplicates.
+		return len(msgs), fmt.Errorf("mark %d sent: %w", len(sent), err)
+	}
+	now := time.Now()
+	for _, m := range sent {
+		d.published.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", m.Kind)))
+		d.lag.Record(ctx, now.Sub(m.CreatedAt).Seconds(), metric.WithAttributes(attribute.String("kind", m.Kind)))
+	}
+	return len(msgs), nil
+}
+
+func (d *dispatcher) publish(ctx context.Context, dest string, batch []ledger.OutboxMessage) error {
+	sender, err := d.sender(ctx, dest)
+	if err != nil {
+		return err
+	}
+	msgs := make([]bus.Message, len(batch))
+	for i, m := range batch {
+		msgs[i] = bus.Message{ID: m.MessageID, Body: m.Body, ContentType: m.ContentType, Properties: m.Properties,
+			Key: m.Key, CorrelationID: m.CorrelationID, Subject: m.Subject, ScheduledAt: m.ScheduledAt}
+	}
+	// One span per batch, linked to the trace each message carries.
+	var links []trace.Link
+	for _, m := range batch {
+		mctx := otel.GetTextMapPropagator().Extract(context.Background(), bus.PropertiesCarrier(m.Properties))
+		if sc := trace.SpanContextFromContext(mctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	ctx, span := otel.Tracer("lucius/reconciler").Start(ctx, "outbox publish "+dest,
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
+		trace.WithAttributes(attribute.String("messaging.destination.name", dest), attribute.Int("messaging.batch.message_count", len(msgs))))
+	defer span.End()
+	return sender.Send(ctx, msgs...)
+}
+
+func (d *dispatcher) sender(ctx context.Context, dest string) (bus.Sender, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.senders[dest]; ok {
+		return s, nil
+	}
+	s, err := d.bus.NewSender(ctx, dest)
+	if err != nil {
+		return nil, err
+	}
+	d.senders[dest] = s
+	return s, nil
+}
+
+func (d *dispatcher) closeSenders() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.senders {
+		s.Close(context.Background()) //nolint:errcheck
+	}
+}
+
+// listen forwards notifications on channel to wake, reconnecting on failure.
+func listen(ctx context.Context, pool *pgxpool.Pool, channel string, wake chan<- struct{}, log *slog.Logger) {
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+				return err
+			}
+			defer conn.Exec(context.Background(), "UNLISTEN "+channel) //nolint:errcheck
+			poke()                                                     // catch up on anything missed while not listening
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					return err
+				}
+				poke()
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		log.WarnContext(ctx, "outbox listener reconnecting", telemetry.Err(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// purgeLoop deletes sent outbox rows older than retain, keeping the table small.
+func purgeLoop(ctx context.Context, store *ledger.Store, every, retain time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for {
+			n, err := store.PurgeSentOutbox(ctx, retain, 5000)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.WarnContext(ctx, "purge outbox", telemetry.Err(err))
+				}
+				break
+			}
+			if n > 0 {
+				log.DebugContext(ctx, "purged sent outbox rows", "rows", n)
+			}
+			if n < 5000 {
+				break
+			}
+		}
+	}
+}
