@@ -57,6 +57,7 @@ func Run(t *testing.T, newBus func(t *testing.T) bus.Bus) {
 		{"TopicFansOutToEverySubscription", testTopicFanOut},
 		{"CorrelationFilters", testCorrelationFilters},
 		{"EnsureUpdatesOptions", testEnsureUpdatesOptions},
+		{"ConcurrentEnsureSucceeds", testConcurrentEnsure},
 		{"PeekLockHidesMessage", testPeekLockHidesMessage},
 		{"LockExpiryRedelivers", testLockExpiryRedelivers},
 		{"SettleAfterLockExpiryFails", testSettleAfterLockExpiryFails},
@@ -994,5 +995,38 @@ func testCloseBus(t *testing.T, e *env) {
 	}
 	if err := e.b.EnsureQueue(ctx, q, bus.QueueOptions{}); !errors.Is(err, bus.ErrClosed) {
 		t.Errorf("ensure queue after close: got %v, want bus.ErrClosed", err)
+	}
+}
+
+// Every process declares the topology it uses at start, so many declare the
+// same entities at once; all of them must succeed.
+func testConcurrentEnsure(t *testing.T, e *env) {
+	queue, topic := e.name("q"), e.name("t")
+	const declarers, subscriptions = 8, 16
+	start := make(chan struct{})
+	errs := make(chan error, declarers)
+	for range declarers {
+		go func() {
+			<-start // all at once, as processes starting together do
+			err := e.b.EnsureQueue(e.ctx(), queue, bus.QueueOptions{})
+			if err == nil {
+				err = e.b.EnsureTopic(e.ctx(), topic, bus.TopicOptions{})
+			}
+			for i := 0; err == nil && i < subscriptions; i++ {
+				err = e.b.EnsureSubscription(e.ctx(), topic, fmt.Sprintf("sub-%d", i), bus.SubscriptionOptions{Filter: map[string]string{"n": fmt.Sprint(i)}})
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range declarers {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent declaration: %v", err)
+		}
+	}
+	src := e.subscription(topic, "sub-2", bus.SubscriptionOptions{Filter: map[string]string{"n": "2"}})
+	e.send(topic, bus.Message{ID: "m", Body: []byte("x"), Properties: map[string]string{"n": "2"}})
+	if got := e.receiveN(e.receiver(src), 1, 1); string(got[0].Body) != "x" {
+		t.Fatalf("got %q", got[0].Body)
 	}
 }

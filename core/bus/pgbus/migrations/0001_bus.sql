@@ -17,7 +17,10 @@ CREATE TABLE bus_entities (
 CREATE TABLE bus_subscriptions (
     topic                     text        NOT NULL REFERENCES bus_entities (name) ON DELETE CASCADE,
     name                      text        NOT NULL,
-    path                      text        GENERATED ALWAYS AS (topic || '/subscriptions/' || name) STORED UNIQUE,
+    -- Derived from the key, so unique with it (names cannot contain
+    -- '/subscriptions/'). Not a UNIQUE index: ON CONFLICT (topic, name) would not
+    -- arbitrate it and concurrent declarations of one subscription would fail.
+    path                      text        GENERATED ALWAYS AS (topic || '/subscriptions/' || name) STORED,
     lock_duration             interval    NOT NULL,
     max_delivery_count        int         NOT NULL,
     dead_letter_on_expiration boolean     NOT NULL,
@@ -26,6 +29,7 @@ CREATE TABLE bus_subscriptions (
     updated_at                timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (topic, name)
 );
+CREATE INDEX bus_subscriptions_path ON bus_subscriptions (path);
 
 -- What a receiver of a path (queue or subscription; its dead-letter queue uses
 -- the same row) needs to claim and settle.
