@@ -1,0 +1,93 @@
+# Lucius — two commands do all set-up on a fresh machine:
+#   make up     run the whole suite on the embedded default (PostgreSQL + PostgreSQL bus)
+#   make test   run every test (unit, integration, end to end), as CI does
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO  ?= go
+BIN := $(CURDIR)/.build/bin
+export PATH := $(BIN):$(PATH)
+
+# Pinned tool versions. buf comes from npm (a prebuilt binary; `go install`
+# is the fallback); the protoc plugins and grpcurl from the Go module proxy.
+BUF_VERSION                := 1.75.0
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GRPC_GATEWAY_VERSION       := v2.32.0
+GRPCURL_VERSION            := v1.9.4
+TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)
+
+MODULES  := contract core services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
+PACKAGES := $(addprefix ./,$(addsuffix /...,$(MODULES)))
+SERVICES := gateway orchestrator reconciler scheduler
+TEST_TIMEOUT ?= 30m
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: $(TOOLS_STAMP) ## install pinned buf, protoc plugins and grpcurl into .build/bin
+
+$(TOOLS_STAMP):
+	@mkdir -p $(BIN)
+	@echo "installing buf $(BUF_VERSION)"
+	@if npm install --no-save --no-audit --no-fund --loglevel=error --prefix .build/npm @bufbuild/buf@$(BUF_VERSION) >/dev/null 2>&1; then \
+		ln -sf ../npm/node_modules/.bin/buf $(BIN)/buf; \
+	else \
+		GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@v$(BUF_VERSION); \
+	fi
+	@echo "installing protoc plugins and grpcurl"
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	@rm -f $(BIN)/.tools-* && touch $@
+
+.PHONY: protodeps
+protodeps: ## print third-party .proto imports from pinned Go modules into .build/protodeps
+	$(GO) run ./tools/cmd/protoimports -out .build/protodeps
+
+.PHONY: generate
+generate: tools protodeps ## regenerate contract/ (Go, gRPC, grpc-gateway, OpenAPI) from proto/
+	buf generate
+
+.PHONY: check-generated
+check-generated: tools protodeps ## fail when contract/ is not what proto/ generates
+	@rm -rf .build/gencheck && mkdir -p .build/gencheck
+	buf generate -o .build/gencheck
+	@diff -r .build/gencheck/contract/lucius contract/lucius && diff -r .build/gencheck/contract/openapi contract/openapi \
+		|| { echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
+
+.PHONY: lint
+lint: tools protodeps ## buf lint, gofmt and go vet
+	buf lint
+	@unformatted=$$(gofmt -l $(MODULES)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PACKAGES)
+
+.PHONY: build
+build: ## build the service binaries and dev tools into .build/bin
+	@mkdir -p $(BIN)
+	@for s in $(SERVICES); do $(GO) build -o $(BIN)/$$s ./services/$$s/cmd/$$s; done
+	$(GO) build -o $(BIN)/worker ./services/worker-skeleton/cmd/worker
+	$(GO) build -o $(BIN)/lucius-up ./tools/cmd/lucius-up
+	$(GO) build -o $(BIN)/lucius-bench ./tools/cmd/lucius-bench
+	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
+
+.PHONY: test
+test: check-generated lint build ## run every test against a PostgreSQL the run starts itself (or DATABASE_URL)
+	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PACKAGES)
+
+.PHONY: up
+up: build ## run the whole suite in the foreground; Ctrl-C stops it
+	$(BIN)/lucius-up -bin $(BIN) -data .lucius
+
+.PHONY: bench
+bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and submit→SUCCEEDED latency
+	$(BIN)/lucius-bench -bin $(BIN) $(BENCH_FLAGS)
+
+.PHONY: clean
+clean: ## remove build outputs and the local cluster
+	rm -rf .build .lucius

@@ -1,0 +1,174 @@
+// Command lucius-bench measures the suite end to end: it starts a fresh suite
+// (durable PostgreSQL, two orchestrators, workers in no-op mode unless -real),
+// submits N three-step OCR_EMBEDDING_SIS jobs over gRPC from C concurrent
+// clients, waits for every job to finish and prints jobs/s and the
+// submit→SUCCEEDED latency percentiles (from the ledger's own timestamps).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/tools/stack"
+)
+
+func main() {
+	bin := flag.String("bin", ".build/bin", "directory holding the service binaries")
+	data := flag.String("data", ".build/bench", "directory for the benchmark's cluster (recreated)")
+	n := flag.Int("n", 1000, "jobs to submit")
+	c := flag.Int("c", 32, "concurrent submitting clients")
+	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
+	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
+	flag.Parse()
+	if err := run(*bin, *data, *n, *c, *real, *logs); err != nil {
+		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin, data string, n, c int, real bool, logPath string) error {
+	ctx := context.Background()
+	if err := os.RemoveAll(data); err != nil {
+		return err
+	}
+	var out io.Writer = io.Discard
+	if logPath != "" {
+		f, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	env := map[string]string{"LUCIUS_LOG_LEVEL": "warn"}
+	if !real {
+		env["LUCIUS_WORKER_NOOP"] = "true"
+	}
+	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
+	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out})
+	if err != nil {
+		return err
+	}
+	defer s.Stop(context.Background())
+
+	input := filepath.Join(s.Workspace, "bench-input.txt")
+	if err := os.WriteFile(input, []byte("Lucius benchmark input. The quick brown fox jumps over the lazy dog.\n"), 0o644); err != nil {
+		return err
+	}
+	conn, err := server.Dial(s.Endpoints.GatewayGRPC)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := luciusv1.NewCommandServiceClient(conn)
+	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"what is this about?"}})
+
+	var next atomic.Int64
+	var mu sync.Mutex
+	var submitLat []time.Duration
+	var ids []string
+	var failed atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				t0 := time.Now()
+				resp, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
+					TenantId: fmt.Sprintf("tenant-%d", i%8), RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1",
+					InputRef: "file://" + input, OutputRef: fmt.Sprintf("file://%s/out/%d.json", s.Workspace, i),
+					Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d-%d", start.UnixNano(), i)}})
+				d := time.Since(t0)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				mu.Lock()
+				submitLat = append(submitLat, d)
+				ids = append(ids, resp.GetJobId())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	submitted := time.Since(start)
+	fmt.Printf("submitted %d jobs in %s (%.0f submits/s, %d failed)\n", len(ids), submitted.Round(time.Millisecond),
+		float64(len(ids))/submitted.Seconds(), failed.Load())
+
+	pool, err := pgxpool.New(ctx, s.URL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	deadline := time.Now().Add(time.Duration(n)*100*time.Millisecond + 2*time.Minute)
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE job_id = ANY($1) AND completed_at IS NOT NULL`, ids).Scan(&done); err != nil {
+			return err
+		}
+		if done == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d jobs finished before the deadline", done, len(ids))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	rows, err := pool.Query(ctx, `SELECT j.status, extract(epoch FROM j.completed_at - r.received_at),
+		extract(epoch FROM r.received_at), extract(epoch FROM j.completed_at)
+		FROM jobs j JOIN requests r USING (job_id) WHERE j.job_id = ANY($1)`, ids)
+	if err != nil {
+		return err
+	}
+	var lat []time.Duration
+	statuses := map[string]int{}
+	first, last := 1e18, 0.0
+	for rows.Next() {
+		var status string
+		var l, recv, done float64
+		if err := rows.Scan(&status, &l, &recv, &done); err != nil {
+			return err
+		}
+		statuses[status]++
+		lat = append(lat, time.Duration(l*float64(time.Second)))
+		first, last = min(first, recv), max(last, done)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	span := time.Duration((last - first) * float64(time.Second))
+	fmt.Printf("\nRESULT jobs=%d statuses=%v\n", len(lat), statuses)
+	fmt.Printf("  throughput      %.1f jobs/s (first accept → last SUCCEEDED: %s)\n", float64(len(lat))/span.Seconds(), span.Round(time.Millisecond))
+	fmt.Printf("  submit→SUCCEEDED p50 %s  p95 %s  p99 %s  max %s\n", pct(lat, 50), pct(lat, 95), pct(lat, 99), pct(lat, 100))
+	fmt.Printf("  Submit RPC       p50 %s  p95 %s  p99 %s\n", pct(submitLat, 50), pct(submitLat, 95), pct(submitLat, 99))
+	return nil
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := append([]time.Duration(nil), ds...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(0, min(i, len(sorted))-1)].Round(100 * time.Microsecond)
+}

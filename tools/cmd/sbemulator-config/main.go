@@ -1,0 +1,23 @@
+// Command sbemulator-config prints the Azure Service Bus emulator's entity
+// file for Lucius's topology (the built-in protocols' services):
+//
+//	go run ./tools/cmd/sbemulator-config > servicebus-emulator.json
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/tools/sbemulator"
+)
+
+func main() {
+	out, err := sbemulator.Render(topology.Config{Services: protocol.Builtin().Services()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbemulator-config:", err)
+		os.Exit(1)
+	}
+	os.Stdout.Write(out)
+}

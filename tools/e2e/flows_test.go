@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/server"
+)
+
+const sampleText = `Lucius orchestrates multi-step work for partner teams.
+Invoices are due within thirty days of receipt.
+The warehouse in Rotterdam ships pallets every Tuesday.
+`
+
+func TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	prompts := []any{"when are invoices due?", "where is the warehouse?"}
+
+	outREST, outRESTPath := s.output("rest.json")
+	code, body := s.rest("POST", "/v1/commands", map[string]any{
+		"tenant_id": "acme", "request_type": "OCR_EMBEDDING_SIS", "schema_version": "1",
+		"input_ref": s.input("rest.txt", sampleText), "output_ref": outREST,
+		"payload": map[string]any{"prompt_set": prompts, "chunk_size": 60}, "correlation_id": "e2e-rest"})
+	if code != http.StatusAccepted {
+		t.Fatalf("REST submit answered %d: %v", code, body)
+	}
+	restID := body["job_id"].(string)
+
+	outGRPC, outGRPCPath := s.output("grpc.json")
+	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": prompts})
+	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "globex",
+		RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input("grpc.txt", sampleText),
+		OutputRef: outGRPC, Payload: payload, CorrelationId: "e2e-grpc"}})
+	if err != nil {
+		t.Fatalf("gRPC submit: %v", err)
+	}
+
+	for _, c := range []struct{ id, outPath string }{{restID, outRESTPath}, {resp.GetJobId(), outGRPCPath}} {
+		job := s.waitJob(c.id, 60*time.Second)
+		if job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
+			t.Fatalf("job %s ended %s: %s", c.id, job.GetStatus(), job.GetReason())
+		}
+		if job.GetResultRef() == "" || !strings.HasPrefix(job.GetRouting().GetTopic(), "global-default-p") {
+			t.Fatalf("job %s: result_ref %q routing %+v", c.id, job.GetResultRef(), job.GetRouting())
+		}
+		steps, err := s.jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: c.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(steps.GetSteps()) != 3 {
+			t.Fatalf("job %s has %d steps", c.id, len(steps.GetSteps()))
+		}
+		for i, want := range []string{"OCR", "EMBEDDING", "SIS"} {
+			st := steps.GetSteps()[i]
+			if st.GetStepType() != want || st.GetStatus() != luciusv1.StepStatus_STEP_STATUS_SUCCEEDED || len(st.GetArtifacts()) == 0 {
+				t.Fatalf("step %d: %s %s with %d artifacts", i, st.GetStepType(), st.GetStatus(), len(st.GetArtifacts()))
+			}
+			for _, a := range st.GetArtifacts() {
+				p := filePath(t, a.GetUri())
+				if a.GetUri() == job.GetOutputRef() {
+					continue // the final result, written to output_ref by the last step
+				}
+				if !strings.Contains(p, "/lucius/") || !strings.Contains(p, "/"+strings.ToLower(want)+"/1/") {
+					t.Fatalf("artifact %s is outside the workspace layout", p)
+				}
+				if _, err := os.Stat(p); err != nil {
+					t.Fatalf("artifact %s: %v", p, err)
+				}
+			}
+		}
+		ocr, err := os.ReadFile(filePath(t, steps.GetSteps()[0].GetArtifacts()[0].GetUri()))
+		if err != nil || string(ocr) != sampleText {
+			t.Fatalf("OCR output %q (%v) is not the input text", ocr, err)
+		}
+		final, err := os.ReadFile(c.outPath)
+		if err != nil {
+			t.Fatalf("final result at output_ref: %v", err)
+		}
+		var result any
+		if err := json.Unmarshal(final, &result); err != nil || !strings.Contains(string(final), "invoices") {
+			t.Fatalf("final result is not the SIS answer: %s", final)
+		}
+		events, err := s.jobs.ListJobEvents(s.ctx, &luciusv1.ListJobEventsRequest{JobId: c.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertTrail(t, events.GetEvents())
+	}
+}
+
+// assertTrail checks the audit trail tells the whole story and no terminal state changed.
+func assertTrail(t *testing.T, events []*luciusv1.JobEvent) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, e := range events {
+		seen[e.GetType()+":"+e.GetToStatus()] = true
+		if e.GetType() == "JOB_STATUS_CHANGED" && terminalName(e.GetFromStatus()) {
+			t.Fatalf("job left terminal state: %+v", e)
+		}
+		if e.GetType() == "STEP_STATUS_CHANGED" && stepTerminalName(e.GetFromStatus()) {
+			t.Fatalf("step left terminal state: %+v", e)
+		}
+	}
+	for _, want := range []string{"JOB_ACCEPTED:RECEIVED", "JOB_CREATED:QUEUED", "STEP_STATUS_CHANGED:DISPATCHING",
+		"STEP_STATUS_CHANGED:IN_PROGRESS", "STEP_STATUS_CHANGED:SUCCEEDED", "JOB_STATUS_CHANGED:SUCCEEDED"} {
+		if !seen[want] {
+			t.Fatalf("event trail lacks %s: %v", want, seen)
+		}
+	}
+}
+
+func terminalName(s string) bool { return s == "SUCCEEDED" || s == "FAILED_FINAL" || s == "CANCELLED" }
+
+func stepTerminalName(s string) bool {
+	return terminalName(s) || s == "SKIPPED" || s == "ROLLED_BACK"
+}
+
+func filePath(t *testing.T, uri string) string {
+	t.Helper()
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "file" {
+		t.Fatalf("artifact uri %q is not a file URL", uri)
+	}
+	return u.Path
+}
+
+func TestSameIdempotencyKeyGivesOneJobAndOneExecution(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	out, _ := s.output("idem.json")
+	cmd := map[string]any{"tenant_id": "acme", "request_type": "OCR_EMBEDDING_SIS", "schema_version": "1",
+		"input_ref": s.input("idem.txt", sampleText), "output_ref": out,
+		"payload": map[string]any{"prompt_set": []any{"invoices"}}, "idempotency_key": "order-4711"}
+	_, first := s.rest("POST", "/v1/commands", cmd)
+	_, second := s.rest("POST", "/v1/commands", cmd)
+	id := first["job_id"].(string)
+	if second["job_id"] != id || second["duplicate"] != true {
+		t.Fatalf("second submit answered %v, want job %s as a duplicate", second, id)
+	}
+	if job := s.waitJob(id, 60*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
+		t.Fatalf("job ended %s", job.GetStatus())
+	}
+	_, third := s.rest("POST", "/v1/commands", cmd) // after completion too
+	if third["job_id"] != id || third["status"] != "JOB_STATUS_SUCCEEDED" {
+		t.Fatalf("submit after completion answered %v", third)
+	}
+	if n := s.count(`SELECT count(*) FROM requests`); n != 1 {
+		t.Fatalf("%d requests stored, want 1", n)
+	}
+	if n := s.count(`SELECT count(*) FROM worker_executions WHERE job_id = $1`, id); n != 3 {
+		t.Fatalf("%d worker executions for the job, want 3 (one per step)", n)
+	}
+}
+
+func TestInvalidEnvelopesAreRejectedWithoutWritingAnything(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	valid := func() map[string]any {
+		return map[string]any{"tenant_id": "acme", "request_type": "SIS", "schema_version": "1",
+			"input_ref": "file:///data/in.txt", "output_ref": "file:///data/out.json",
+			"payload": map[string]any{"prompt_set": []any{"q"}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(map[string]any)
+		field  string
+		reason string
+	}{
+		{"missing tenant_id", func(b map[string]any) { delete(b, "tenant_id") }, "command.tenant_id", server.ReasonInvalidArgument},
+		{"unknown request_type", func(b map[string]any) { b["request_type"] = "TRANSLATE" }, "command.request_type", server.ReasonUnknownRequestType},
+		{"wrong schema_version", func(b map[string]any) { b["schema_version"] = "3" }, "command.schema_version", server.ReasonUnsupportedSchema},
+		{"malformed input_ref", func(b map[string]any) { b["input_ref"] = "::not-a-url" }, "command.input_ref", server.ReasonInvalidArgument},
+		{"relative output_ref", func(b map[string]any) { b["output_ref"] = "file:relative/out.json" }, "command.output_ref", server.ReasonInvalidRef},
+		{"SIS without prompt_set", func(b map[string]any) { b["payload"] = map[string]any{"chunk_size": 10} }, "command.payload.prompt_set", server.ReasonInvalidPayload},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := s.count(`SELECT (SELECT count(*) FROM requests) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM job_events)`)
+			body := valid()
+			tt.mutate(body)
+			code, resp := s.rest("POST", "/v1/commands", body)
+			if code != http.StatusBadRequest {
+				t.Fatalf("answered %d %v, want 400", code, resp)
+			}
+			if !violates(resp, tt.field, tt.reason) {
+				t.Fatalf("answer does not name %s (%s): %v", tt.field, tt.reason, resp)
+			}
+			after := s.count(`SELECT (SELECT count(*) FROM requests) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM job_events)`)
+			if after != before {
+				t.Fatalf("a rejected command wrote %d rows", after-before)
+			}
+		})
+	}
+	// The same over gRPC.
+	_, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{RequestType: "SIS", SchemaVersion: "1",
+		InputRef: "file:///a", OutputRef: "file:///b", Payload: &structpb.Struct{}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "tenant_id") {
+		t.Fatalf("gRPC submit without tenant answered %v", err)
+	}
+}
+
+func violates(body map[string]any, field, reason string) bool {
+	details, _ := body["details"].([]any)
+	for _, d := range details {
+		m, _ := d.(map[string]any)
+		vs, _ := m["field_violations"].([]any)
+		for _, v := range vs {
+			if vm, _ := v.(map[string]any); vm["field"] == field && vm["reason"] == reason {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestStaleResultIsRecordedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "acme",
+		RequestType: "E2E_MANUAL", SchemaVersion: "1", InputRef: "file:///in", OutputRef: "file:///out", Payload: &structpb.Struct{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetJobId()
+	step := s.waitStep(id, luciusv1.StepStatus_STEP_STATUS_AWAITING_ACK)
+	conn, err := server.Dial(s.Endpoints.Orchestrator[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cb := luciusv1.NewCallbackServiceClient(conn)
+	result := func(attempt int32, lease string) luciusv1.CallbackOutcome {
+		t.Helper()
+		r, err := cb.Result(s.ctx, &luciusv1.ResultRequest{JobId: id, StepId: "manual", AttemptNo: attempt, LeaseId: lease,
+			Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetOutcome()
+	}
+	if got := result(1, uuid.NewString()); got != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_LEASE_MISMATCH {
+		t.Fatalf("wrong lease: %s", got)
+	}
+	if got := result(2, step.GetAttempts()[0].GetLeaseId()); got != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT {
+		t.Fatalf("wrong attempt: %s", got)
+	}
+	now := s.waitStep(id, luciusv1.StepStatus_STEP_STATUS_AWAITING_ACK)
+	if now.GetAttemptNo() != 1 {
+		t.Fatalf("stale results changed the step: %+v", now)
+	}
+	events, err := s.jobs.ListJobEvents(s.ctx, &luciusv1.ListJobEventsRequest{JobId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, e := range events.GetEvents() {
+		if e.GetType() == "CALLBACK_REJECTED" {
+			reasons[e.GetReason()] = true
+		}
+	}
+	if !reasons["LEASE_MISMATCH"] || !reasons["STALE_ATTEMPT"] {
+		t.Fatalf("rejections not recorded: %v", reasons)
+	}
+	// The genuine result, sent to the other orchestrator, applies.
+	if got := result(1, step.GetAttempts()[0].GetLeaseId()); got != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		t.Fatalf("genuine result: %s", got)
+	}
+	if job := s.waitJob(id, 10*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
+		t.Fatalf("job ended %s", job.GetStatus())
+	}
+}
+
+// waitStep waits until the job's single step has the status and returns it.
+func (s *suite) waitStep(jobID string, want luciusv1.StepStatus) *luciusv1.Step {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		steps, err := s.jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: jobID})
+		if err == nil && len(steps.GetSteps()) > 0 && steps.GetSteps()[0].GetStatus() == want {
+			return steps.GetSteps()[0]
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("step of %s never reached %s (%v, %v)", jobID, want, steps, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

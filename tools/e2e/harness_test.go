@@ -1,0 +1,256 @@
+// Package e2e runs user-visible flows against the real binaries: a PostgreSQL
+// server (DATABASE_URL or a private cluster), the gateway, reconciler,
+// scheduler, two orchestrators and the OCR/EMBEDDING/SIS workers, talking gRPC,
+// REST and the PostgreSQL bus.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/tools/stack"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	binDir = os.Getenv("LUCIUS_BIN_DIR")
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "lucius-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(dir)
+		if err := buildBinaries(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: build:", err)
+			os.Exit(1)
+		}
+		binDir = dir
+	}
+	pgtest.Main(m)
+}
+
+// buildBinaries builds the services when the test runs outside `make test`.
+func buildBinaries(dir string) error {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return err
+	}
+	for name, pkg := range map[string]string{
+		"gateway": "./services/gateway/cmd/gateway", "orchestrator": "./services/orchestrator/cmd/orchestrator",
+		"reconciler": "./services/reconciler/cmd/reconciler", "scheduler": "./services/scheduler/cmd/scheduler",
+		"worker": "./services/worker-skeleton/cmd/worker",
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", name, err, out)
+		}
+	}
+	return nil
+}
+
+// manualProtocol is a one-step protocol owned by a service no worker serves, so
+// a test can play the worker itself and hold a step in flight.
+const manualProtocol = `protocol_id: E2E_MANUAL
+version: 1
+description: One step that the test answers itself.
+steps:
+  - id: manual
+    type: MANUAL
+    service: manual
+    ack_timeout_seconds: 300
+`
+
+// suite is a running stack plus clients.
+type suite struct {
+	*stack.Stack
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	conn   *grpc.ClientConn
+	cmds   luciusv1.CommandServiceClient
+	jobs   luciusv1.JobServiceClient
+	httpc  *http.Client
+	logs   *lockedBuffer
+	inputs string
+}
+
+type suiteOptions struct {
+	env        map[string]string
+	processEnv map[string]map[string]string
+}
+
+func startSuite(t *testing.T, opts suiteOptions) *suite {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "lucius-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocols := filepath.Join(dir, "protocols")
+	if err := os.MkdirAll(protocols, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.WalkDir(protocol.BuiltinFiles(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(protocol.BuiltinFiles(), p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(protocols, p), b, 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(protocols, "E2E_MANUAL.yaml"), []byte(manualProtocol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"LUCIUS_PROTOCOLS_DIR": protocols, "LUCIUS_LOG_LEVEL": "debug"}
+	for k, v := range opts.env {
+		env[k] = v
+	}
+	logs := &lockedBuffer{}
+	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
+		Env: env, ProcessEnv: opts.processEnv, Output: logs})
+	if err != nil {
+		t.Logf("suite logs:\n%s", logs.tail(200))
+		t.Fatal(err)
+	}
+	su := &suite{Stack: s, t: t, ctx: ctx, logs: logs, httpc: &http.Client{Timeout: 10 * time.Second}, inputs: filepath.Join(dir, "inputs")}
+	t.Cleanup(func() {
+		s.Stop(context.Background())
+		if t.Failed() {
+			t.Logf("suite logs (last 300 lines):\n%s", logs.tail(300))
+		}
+		os.RemoveAll(dir)
+	})
+	if err := os.MkdirAll(su.inputs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if su.pool, err = pgxpool.New(ctx, s.URL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(su.pool.Close)
+	if su.conn, err = server.Dial(s.Endpoints.GatewayGRPC); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { su.conn.Close() })
+	su.cmds, su.jobs = luciusv1.NewCommandServiceClient(su.conn), luciusv1.NewJobServiceClient(su.conn)
+	return su
+}
+
+// input writes a text file for a job to read and returns its file:// URL.
+func (s *suite) input(name, text string) string {
+	s.t.Helper()
+	p := filepath.Join(s.inputs, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	return "file://" + p
+}
+
+// output returns a file:// URL for a job's final result, and its path.
+func (s *suite) output(name string) (string, string) {
+	p := filepath.Join(s.inputs, "out", name)
+	return "file://" + p, p
+}
+
+// waitJob polls until the job is terminal.
+func (s *suite) waitJob(jobID string, timeout time.Duration) *luciusv1.Job {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := s.jobs.GetJob(s.ctx, &luciusv1.GetJobRequest{JobId: jobID})
+		if err == nil && terminal(resp.GetJob().GetStatus()) {
+			return resp.GetJob()
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("job %s not terminal after %s (last: %v, %v)", jobID, timeout, resp.GetJob().GetStatus(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func terminal(s luciusv1.JobStatus) bool {
+	return s == luciusv1.JobStatus_JOB_STATUS_SUCCEEDED || s == luciusv1.JobStatus_JOB_STATUS_FAILED_FINAL ||
+		s == luciusv1.JobStatus_JOB_STATUS_CANCELLED
+}
+
+// rest calls the gateway's REST API and decodes the JSON answer.
+func (s *suite) rest(method, path string, body any) (int, map[string]any) {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://"+s.Endpoints.GatewayHTTP+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.httpc.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func (s *suite) count(query string, args ...any) int {
+	s.t.Helper()
+	var n int
+	if err := s.pool.QueryRow(s.ctx, query, args...).Scan(&n); err != nil {
+		s.t.Fatal(err)
+	}
+	return n
+}
+
+// lockedBuffer collects the suite's log lines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

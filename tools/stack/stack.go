@@ -1,0 +1,406 @@
+// Package stack starts the whole Lucius suite as real processes on the embedded
+// default: a PostgreSQL cluster the project runs itself (or DATABASE_URL), the
+// PostgreSQL bus, the gateway, the reconciler, the scheduler, orchestrators and
+// OCR/EMBEDDING/SIS workers built from the skeleton. `make up`, the end-to-end
+// tests and the benchmark all start the suite through it.
+package stack
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lucius-platform/lucius/core/pgcluster"
+)
+
+// Config describes a suite. Zero values take the defaults noted.
+type Config struct {
+	// BinDir holds the binaries: gateway, orchestrator, reconciler, scheduler, worker.
+	BinDir string
+	// DataDir holds the PostgreSQL cluster (DataDir/pg) and workspaces (DataDir/workspace).
+	DataDir string
+	// DatabaseURL, when set, is used instead of starting a cluster.
+	DatabaseURL string
+	// Durable keeps fsync on in the cluster the stack starts (make up, benchmarks).
+	Durable bool
+	// PGPort for the cluster; 0 picks a free port.
+	PGPort int
+	// Ports: fixed ports (make up) or, when FreePorts, free ones (tests).
+	FreePorts     bool
+	Orchestrators int      // default 2
+	Workers       []string // default ocr, embedding, sis
+	// Env is added to every process (timings, log level, worker settings).
+	Env map[string]string
+	// ProcessEnv is added to one process, by name (e.g. "orchestrator-1").
+	ProcessEnv map[string]map[string]string
+	// Output receives every process's log lines, prefixed with its name.
+	Output io.Writer
+}
+
+// Endpoints are where the suite listens.
+type Endpoints struct {
+	GatewayGRPC  string
+	GatewayHTTP  string
+	Orchestrator []string // gRPC addresses
+	OrchHTTP     []string
+	Reconciler   string // HTTP
+	Scheduler    string // HTTP
+	Workers      map[string]string
+}
+
+// Stack is a running suite.
+type Stack struct {
+	cfg       Config
+	cluster   *pgcluster.Cluster
+	URL       string
+	Workspace string // absolute path of the workspace root
+	Endpoints Endpoints
+	mu        sync.Mutex
+	procs     map[string]*Process
+	order     []string
+}
+
+// Process is one running binary.
+type Process struct {
+	Name   string
+	binary string
+	env    []string
+	health string // HTTP URL answering 200 when ready
+	out    io.Writer
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	// stopping marks an exit the stack asked for.
+	stopping bool
+}
+
+// Start starts the suite and waits until every process reports ready.
+func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.BinDir == "" || cfg.DataDir == "" {
+		return nil, errors.New("stack: BinDir and DataDir are required")
+	}
+	if cfg.Orchestrators == 0 {
+		cfg.Orchestrators = 2
+	}
+	if cfg.Workers == nil {
+		cfg.Workers = []string{"ocr", "embedding", "sis"}
+	}
+	if cfg.Output == nil {
+		cfg.Output = io.Discard
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{cfg: cfg, procs: map[string]*Process{}, URL: cfg.DatabaseURL, Workspace: filepath.Join(dataDir, "workspace")}
+	if err := os.MkdirAll(s.Workspace, 0o755); err != nil {
+		return nil, err
+	}
+	if s.URL == "" {
+		s.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Port: cfg.PGPort, Durable: cfg.Durable})
+		if err != nil {
+			return nil, err
+		}
+		s.URL = s.cluster.URL
+	}
+	if err := s.plan(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	for _, name := range s.order {
+		if err := s.procs[name].start(); err != nil {
+			s.Stop(context.Background())
+			return nil, err
+		}
+	}
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// plan assigns addresses and environments to every process.
+func (s *Stack) plan() error {
+	port, release := portAllocator(s.cfg.FreePorts)
+	defer release()
+	gwGRPC, gwHTTP := port(9090), port(8080)
+	s.Endpoints = Endpoints{GatewayGRPC: gwGRPC, GatewayHTTP: gwHTTP, Workers: map[string]string{}}
+	var orchGRPC, orchHTTP []string
+	for i := range s.cfg.Orchestrators {
+		offset := 0 // orchestrator-1 on 9091/8081, the next on 9095/8085, 9096/8086, …
+		if i > 0 {
+			offset = 3 + i
+		}
+		orchGRPC = append(orchGRPC, port(9091+offset))
+		orchHTTP = append(orchHTTP, port(8081+offset))
+	}
+	s.Endpoints.Orchestrator, s.Endpoints.OrchHTTP = orchGRPC, orchHTTP
+	s.Endpoints.Reconciler, s.Endpoints.Scheduler = port(8083), port(8084)
+	recGRPC, schedGRPC := port(9093), port(9094)
+	common := map[string]string{
+		"DATABASE_URL":          s.URL,
+		"LUCIUS_WORKSPACE_ROOT": "file://" + s.Workspace,
+		"LUCIUS_LOG_FORMAT":     "text",
+	}
+	add := func(name, binary, healthAddr string, env map[string]string) {
+		merged := map[string]string{}
+		for _, m := range []map[string]string{common, s.cfg.Env, env, s.cfg.ProcessEnv[name]} {
+			for k, v := range m {
+				merged[k] = v
+			}
+		}
+		merged["LUCIUS_INSTANCE"] = name
+		p := &Process{Name: name, binary: filepath.Join(s.cfg.BinDir, binary), health: "http://" + healthAddr + "/readyz",
+			out: prefixWriter(s.cfg.Output, name)}
+		for k, v := range merged {
+			p.env = append(p.env, k+"="+v)
+		}
+		s.procs[name] = p
+		s.order = append(s.order, name)
+	}
+	add("reconciler", "reconciler", s.Endpoints.Reconciler, map[string]string{
+		"LUCIUS_RECONCILER_GRPC_ADDR": recGRPC, "LUCIUS_RECONCILER_HTTP_ADDR": s.Endpoints.Reconciler})
+	callbackTarget := "ipv4:" + strings.Join(orchGRPC, ",")
+	for i := range s.cfg.Orchestrators {
+		add(fmt.Sprintf("orchestrator-%d", i+1), "orchestrator", orchHTTP[i], map[string]string{
+			"LUCIUS_ORCHESTRATOR_GRPC_ADDR": orchGRPC[i], "LUCIUS_ORCHESTRATOR_HTTP_ADDR": orchHTTP[i],
+			"LUCIUS_OWNER_ID": fmt.Sprintf("orchestrator-%d", i+1), "LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget})
+	}
+	add("gateway", "gateway", gwHTTP, map[string]string{
+		"LUCIUS_GATEWAY_GRPC_ADDR": gwGRPC, "LUCIUS_GATEWAY_HTTP_ADDR": gwHTTP})
+	add("scheduler", "scheduler", s.Endpoints.Scheduler, map[string]string{
+		"LUCIUS_SCHEDULER_GRPC_ADDR": schedGRPC, "LUCIUS_SCHEDULER_HTTP_ADDR": s.Endpoints.Scheduler})
+	for i, w := range s.cfg.Workers {
+		addr := port(8090 + i)
+		s.Endpoints.Workers[w] = addr
+		add("worker-"+w, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr})
+	}
+	for _, name := range s.order {
+		if _, err := os.Stat(s.procs[name].binary); err != nil {
+			return fmt.Errorf("stack: binary for %s: %w (run make build)", name, err)
+		}
+	}
+	return nil
+}
+
+// Cluster is the PostgreSQL cluster the stack started (nil with DatabaseURL).
+func (s *Stack) Cluster() *pgcluster.Cluster { return s.cluster }
+
+// Names lists the processes in start order.
+func (s *Stack) Names() []string { return append([]string(nil), s.order...) }
+
+// Process returns a process by name.
+func (s *Stack) Process(name string) *Process { return s.procs[name] }
+
+// Kill sends SIGKILL to a process and waits for it to die.
+func (s *Stack) Kill(name string) error { return s.signal(name, syscall.SIGKILL) }
+
+// Signal sends sig to a process (SIGSTOP and SIGCONT freeze and resume it).
+func (s *Stack) Signal(name string, sig syscall.Signal) error {
+	p := s.procs[name]
+	if p == nil {
+		return fmt.Errorf("stack: no process %s", name)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("stack: %s is not running", name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+func (s *Stack) signal(name string, sig syscall.Signal) error {
+	p := s.procs[name]
+	if p == nil {
+		return fmt.Errorf("stack: no process %s", name)
+	}
+	p.mu.Lock()
+	p.stopping = true
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	<-done
+	return nil
+}
+
+// Restart starts a stopped or killed process again and waits until it is ready.
+func (s *Stack) Restart(ctx context.Context, name string) error {
+	p := s.procs[name]
+	if p == nil {
+		return fmt.Errorf("stack: no process %s", name)
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	return p.waitReady(ctx, 60*time.Second)
+}
+
+// Stop stops the processes (SIGTERM, then SIGKILL after a grace period) in
+// reverse start order, then the cluster it started.
+func (s *Stack) Stop(ctx context.Context) {
+	for i := len(s.order) - 1; i >= 0; i-- {
+		p := s.procs[s.order[i]]
+		p.mu.Lock()
+		p.stopping = true
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		if cmd == nil || cmd.Process == nil {
+			continue
+		}
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a frozen process cannot terminate
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	if s.cluster != nil {
+		_ = s.cluster.Stop(ctx)
+	}
+}
+
+func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
+	for _, name := range s.order {
+		if err := s.procs[name].waitReady(ctx, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(p.binary)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	// Own process group: the terminal's Ctrl-C reaches the launcher, which then
+	// stops the processes in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	p.cmd, p.done, p.stopping = cmd, make(chan struct{}), false
+	done := p.done
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		stopping := p.stopping
+		p.mu.Unlock()
+		if !stopping {
+			fmt.Fprintf(p.out, "exited unexpectedly: %v\n", err)
+		}
+		close(done)
+	}()
+	return nil
+}
+
+// Running reports whether the process is alive.
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited is closed when the current run of the process ends.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Stopping reports whether the stack asked the current run to end.
+func (p *Process) Stopping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopping
+}
+
+func (p *Process) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		p.mu.Lock()
+		done := p.done
+		p.mu.Unlock()
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited before it was ready", p.Name)
+		default:
+		}
+		if resp, err := client.Get(p.health); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s (%s)", p.Name, timeout, p.health)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// portAllocator returns fixed default ports, or free ones. Free ports stay
+// bound until release, so no two processes are given the same port.
+func portAllocator(free bool) (port func(def int) string, release func()) {
+	var held []net.Listener
+	port = func(def int) string {
+		if free {
+			if l, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+				held = append(held, l)
+				return l.Addr().String()
+			}
+		}
+		return fmt.Sprintf("127.0.0.1:%d", def)
+	}
+	release = func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}
+	return port, release
+}
+
+// prefixWriter writes each line as "name | line".
+func prefixWriter(w io.Writer, name string) io.Writer {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			fmt.Fprintf(w, "%-15s | %s\n", name, sc.Text())
+		}
+	}()
+	return pw
+}
