@@ -1,0 +1,221 @@
+// Command worker runs one of the example platform services (OCR, EMBEDDING or
+// SIS) on the worker skeleton: it receives the service's directives from the
+// PostgreSQL bus, ACKs, executes, writes workspace artifacts and sends RESULT.
+// Configuration comes from the environment; see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+)
+
+// executors are the example services this binary can run. A fork replaces
+// this map with its own executor.
+var executors = map[string]worker.Executor{
+	"ocr":       ocr.Executor{},
+	"embedding": embedding.Executor{},
+	"sis":       sis.Executor{},
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+// settings is everything main reads from the environment.
+type settings struct {
+	databaseURL  string
+	httpAddr     string
+	maxConns     int
+	pollInterval time.Duration
+	retention    time.Duration
+	telemetry    telemetry.Config
+	runner       worker.Config
+}
+
+func readSettings(e *env.Reader) (settings, error) {
+	service := e.Required("LUCIUS_WORKER_SERVICE")
+	instance := e.String("LUCIUS_INSTANCE", "")
+	s := settings{
+		databaseURL:  e.Required("DATABASE_URL"),
+		httpAddr:     e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
+		maxConns:     e.Int("LUCIUS_DB_MAX_CONNS", 10),
+		pollInterval: e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
+		retention:    e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
+		telemetry: telemetry.Config{
+			Service:      "worker-" + service,
+			Instance:     instance,
+			LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
+			LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
+			OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		},
+		runner: worker.Config{
+			Service:        service,
+			WorkerID:       instance,
+			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
+			NoOp:           e.Bool("LUCIUS_WORKER_NOOP", false),
+			TaskTimeout:    e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
+			ShutdownGrace:  e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
+			ExecutionDelay: e.Duration("LUCIUS_WORKER_DELAY", 0),
+		},
+	}
+	topo, err := topology.ConfigFromEnv(e) // the same settings every Lucius process declares
+	if err != nil {
+		return settings{}, err
+	}
+	s.runner.Topology, s.runner.LockDuration, s.runner.MaxDeliveryCount = topo.Topology, topo.DirectiveLockDuration, topo.MaxDeliveryCount
+	if err := e.Err(); err != nil {
+		return settings{}, err
+	}
+	var errs []error
+	if _, ok := executors[service]; !ok && !s.runner.NoOp {
+		errs = append(errs, fmt.Errorf("LUCIUS_WORKER_SERVICE=%q: want one of %s (any service name with LUCIUS_WORKER_NOOP=true)",
+			service, strings.Join(serviceNames(), ", ")))
+	}
+	if s.maxConns < 2 {
+		errs = append(errs, fmt.Errorf("LUCIUS_DB_MAX_CONNS=%d: want at least 2", s.maxConns))
+	}
+	if s.retention < time.Hour {
+		errs = append(errs, fmt.Errorf("LUCIUS_WORKER_RETENTION=%v: want at least 1h", s.retention))
+	}
+	if err := s.runner.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return s, errors.Join(errs...)
+}
+
+func serviceNames() []string {
+	names := make([]string, 0, len(executors))
+	for n := range executors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := readSettings(env.New())
+	if err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, s.telemetry)
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.Background()) //nolint:errcheck
+	log := tel.Logger
+
+	poolCfg, err := pgxpool.ParseConfig(s.databaseURL)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	poolCfg.MaxConns = int32(s.maxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("connect database: %w", err)
+	}
+	defer pool.Close()
+	if err := migrate.Apply(ctx, pool, pgbus.Migrations, worker.Migrations); err != nil {
+		return err
+	}
+	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: s.pollInterval})
+	if err != nil {
+		return err
+	}
+	defer b.Close(context.Background()) //nolint:errcheck
+	store := worker.NewPGStore(pool)
+
+	s.runner.Logger = log
+	runner, err := worker.NewRunner(b, store, executors[s.runner.Service], s.runner)
+	if err != nil {
+		return err
+	}
+
+	ln, err := server.Listen(s.httpAddr)
+	if err != nil {
+		return err
+	}
+	ready := func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("database: %w", err)
+		}
+		return runner.Ready(ctx)
+	}
+	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, tel.Metrics, ready)), Listener: ln}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		if err := httpRunner.Serve(); err != nil {
+			cancel(fmt.Errorf("serve http: %w", err))
+		}
+	}()
+	go pruneLoop(runCtx, store, s.retention, log)
+
+	log.InfoContext(ctx, "worker starting", "platform_service", s.runner.Service, "http", ln.Addr().String(), "worker_id", runner.WorkerID())
+	runErr := runner.Run(runCtx)
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	if err := httpRunner.Shutdown(shutdownCtx); err != nil {
+		log.WarnContext(shutdownCtx, "shut down http", telemetry.Err(err))
+	}
+	if ctx.Err() == nil {
+		// Not a signal: the HTTP server failed and stopped the runner.
+		return errors.Join(runErr, context.Cause(runCtx))
+	}
+	return runErr
+}
+
+// pruneLoop deletes idempotency records older than retention, hourly. Keep
+// retention above the bus's message TTL (14 days by default), or a very late
+// redelivery would run its attempt again.
+func pruneLoop(ctx context.Context, store *worker.PGStore, retention time.Duration, log *slog.Logger) {
+	const batch = 5000
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			n, err := store.Prune(qctx, time.Now().Add(-retention), batch)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					log.WarnContext(ctx, "prune worker executions", telemetry.Err(err))
+				}
+				break
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,31 @@
+// Package worker is the Lucius platform-service skeleton: everything a team
+// needs to run a step of a protocol (OCR, EMBEDDING, SIS, ...) except the work
+// itself, which the team supplies as an Executor.
+//
+// A Runner receives directives (lucius.v1.Directive, protojson) from every
+// directive subscription of its service and, for each one:
+//
+//  1. parses and validates it (an unusable message is dead-lettered with a reason);
+//  2. claims the attempt in the idempotency Store under the key
+//     (job_id, step_id, attempt_no, lease_id). An attempt that already finished
+//     is not run again: its stored RESULT is sent again and the message completed;
+//  3. sends ACK to the orchestrator's CallbackService. STALE_ATTEMPT,
+//     LEASE_MISMATCH and AFTER_TERMINAL mean another attempt owns the step: the
+//     message is completed without running anything;
+//  4. runs the Executor while renewing the message lock, the executor writing its
+//     artifacts under <workspace_ref><step_type>/<attempt_no>/ through the Task;
+//  5. on the protocol's final step, copies the first artifact to output_ref;
+//  6. records the RESULT in the Store, then sends it, retried with capped,
+//     jittered exponential backoff until the orchestrator answers;
+//  7. completes the message. A message whose RESULT was not delivered is never
+//     completed: it is abandoned (or its lock left to expire) and its
+//     redelivery sends the stored RESULT.
+//
+// Errors returned by an Executor are classified with Permanent and Retryable
+// into the RESULT's failure_class; an unclassified error is RETRYABLE (see
+// Classify).
+//
+// A fork keeps this package as it is, replaces the Executor and its
+// step-specific validation, and runs the contract test in runner_test.go
+// against its own executor.
+package worker

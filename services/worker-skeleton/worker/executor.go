@@ -1,0 +1,40 @@
+package worker
+
+import (
+	"context"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+)
+
+// Executor does the work of one step attempt. It is the only part of the
+// skeleton a fork replaces.
+//
+// Execute reads its input through the Task, writes its artifacts with
+// Task.WriteArtifact and returns an Outcome (RESULT SUCCEEDED) or an error
+// (RESULT FAILED; classify it with Permanent or Retryable, see Classify). It
+// must honour ctx: ctx ends at Config.TaskTimeout (a RETRYABLE TIMEOUT
+// failure) or when the worker shuts down (no RESULT; the directive is
+// redelivered). Execute may run again for the same attempt after a crash, so
+// it must be safe to repeat; artifact writes are atomic replacements.
+type Executor interface {
+	Execute(ctx context.Context, task *Task) (Outcome, error)
+}
+
+// ExecuteFunc adapts a function to Executor.
+type ExecuteFunc func(ctx context.Context, task *Task) (Outcome, error)
+
+// Execute calls f.
+func (f ExecuteFunc) Execute(ctx context.Context, task *Task) (Outcome, error) { return f(ctx, task) }
+
+// Outcome is what a successful attempt reports.
+type Outcome struct {
+	// Output is small structured output (counts, scores, checksums) that later
+	// steps and the job's API can read. Values must be JSON-like: nil, bool,
+	// numbers, string, []any, map[string]any.
+	Output map[string]any
+	// Artifacts are reported in the RESULT. Nil means every artifact written
+	// through Task.WriteArtifact, in write order. The first is the primary
+	// artifact: the next step's input_ref, and on the final step the content
+	// copied to output_ref.
+	Artifacts []*luciusv1.ArtifactRef
+}

@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+)
+
+// Store records which attempts this service executed and the RESULT each one
+// produced, keyed by Key. It is what makes a duplicate directive harmless:
+// a finished attempt is never executed again, and its RESULT can be re-sent
+// byte for byte. PGStore is the PostgreSQL implementation; package storetest
+// is the conformance suite every implementation passes.
+//
+// An attempt has one record from its first claim on. A claim is held until a
+// time (the runner passes the bus message's lock expiry and extends both
+// together), so a worker that dies mid-execution loses its claim when its
+// message becomes deliverable again, and the redelivery takes the claim over.
+type Store interface {
+	// Claim starts (or takes over) the execution of an attempt:
+	//   - no record: creates one held by c.WorkerID until c.Until (ClaimAcquired);
+	//   - an unfinished record whose claim expired: takes it over (ClaimAcquired,
+	//     TookOver true);
+	//   - a finished record: ClaimDone with the stored RESULT;
+	//   - an unfinished record with a live claim: ClaimBusy.
+	Claim(ctx context.Context, c Claim) (ClaimResult, error)
+	// Extend moves the claim's expiry to until. ErrClaimLost when workerID no
+	// longer holds an unfinished claim.
+	Extend(ctx context.Context, key Key, workerID string, until time.Time) error
+	// Finish stores the attempt's RESULT and marks it finished. ErrClaimLost
+	// when workerID no longer holds an unfinished claim.
+	Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest) error
+	// Release expires workerID's unfinished claim at once, so a redelivery can
+	// take the attempt over without waiting (the worker is shutting down).
+	Release(ctx context.Context, key Key, workerID string) error
+	// Forget deletes workerID's unfinished record: the attempt turned out not
+	// to be this worker's to run (the ACK was answered STALE_ATTEMPT,
+	// LEASE_MISMATCH or AFTER_TERMINAL), so nothing was executed.
+	Forget(ctx context.Context, key Key, workerID string) error
+}
+
+// ErrClaimLost means the caller no longer holds the attempt's claim: it
+// expired and another worker took it over, or the attempt finished.
+var ErrClaimLost = errors.New("worker: execution claim lost")
+
+// Claim asks to execute an attempt.
+type Claim struct {
+	Key
+	// Service and WorkerID are recorded for the audit trail.
+	Service  string
+	WorkerID string
+	// Until is when the claim expires unless extended.
+	Until time.Time
+}
+
+// ClaimState is the answer to a claim.
+type ClaimState int
+
+// Claim answers.
+const (
+	// ClaimAcquired: the caller executes the attempt.
+	ClaimAcquired ClaimState = iota + 1
+	// ClaimDone: the attempt finished before; ClaimResult.Result is its RESULT.
+	ClaimDone
+	// ClaimBusy: another worker holds a live claim and is executing it.
+	ClaimBusy
+)
+
+func (s ClaimState) String() string {
+	switch s {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimDone:
+		return "done"
+	case ClaimBusy:
+		return "busy"
+	}
+	return "unknown"
+}
+
+// ClaimResult is the outcome of Store.Claim.
+type ClaimResult struct {
+	State ClaimState
+	// TookOver is true when ClaimAcquired took over an expired claim: an
+	// earlier execution of this attempt was interrupted.
+	TookOver bool
+	// Result is the stored RESULT when State is ClaimDone.
+	Result *luciusv1.ResultRequest
+}

@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"sync"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// DefaultMaxInputBytes is the default limit on what Task.ReadInput reads.
+const DefaultMaxInputBytes = 64 << 20
+
+// Task is one attempt handed to an Executor: the directive plus helpers that
+// follow the workspace layout and the error model.
+type Task struct {
+	// Directive is the parsed, validated directive. Treat it as read-only.
+	Directive *luciusv1.Directive
+
+	log      *slog.Logger
+	stepDir  string
+	maxInput int64
+
+	mu        sync.Mutex
+	artifacts []*luciusv1.ArtifactRef
+}
+
+// TaskConfig configures NewTask. Zero values take the defaults noted.
+type TaskConfig struct {
+	// Logger is the base logger; the task adds job_id, step_id, attempt_no and
+	// tenant_id. Default: a logger that discards.
+	Logger *slog.Logger
+	// MaxInputBytes limits ReadInput and ReadRef. Default DefaultMaxInputBytes.
+	MaxInputBytes int64
+}
+
+// NewTask builds the Task for a directive, validating it first. The Runner
+// calls it for every directive; tests of an Executor call it directly.
+func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
+	if err := ValidateDirective(d); err != nil {
+		return nil, err
+	}
+	dir, err := StepDir(d)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	limit := cfg.MaxInputBytes
+	if limit <= 0 {
+		limit = DefaultMaxInputBytes
+	}
+	log = log.With(telemetry.JobID(d.GetJobId()), telemetry.StepID(d.GetStepId()),
+		telemetry.AttemptNo(int(d.GetAttemptNo())), telemetry.TenantID(d.GetTenantId()))
+	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit}, nil
+}
+
+// Key is the attempt's idempotency key.
+func (t *Task) Key() Key { return KeyOf(t.Directive) }
+
+// Logger logs with job_id, step_id, attempt_no and tenant_id attached. Use its
+// ...Context methods so records carry the trace id too.
+func (t *Task) Logger() *slog.Logger { return t.log }
+
+// StepDir is the local directory this attempt writes to:
+// <workspace_ref><lowercase step_type>/<attempt_no>/.
+func (t *Task) StepDir() string { return t.stepDir }
+
+// ReadInput reads the step's input (input_ref: the previous step's primary
+// artifact, or the job's input). A missing file, a directory, an unsupported
+// scheme or an input over the size limit is a permanent error.
+func (t *Task) ReadInput(ctx context.Context) ([]byte, error) {
+	return t.ReadRef(ctx, t.Directive.GetInputRef())
+}
+
+// ReadRef reads any reference the worker can open locally (a file:// URL or
+// an absolute path), e.g. one of Directive.UpstreamArtifacts, with the same
+// limits and classification as ReadInput.
+func (t *Task) ReadRef(ctx context.Context, ref string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return readLocal(ref, t.maxInput)
+}
+
+// WriteArtifact writes data as the file StepDir()/file (file must be a local,
+// relative path such as "output.txt" or "pages/1.txt") and returns its
+// ArtifactRef: name (1-128 bytes, e.g. "text"), a file:// URI, media type
+// (default application/octet-stream), size and SHA-256. Writes are atomic, so
+// a retried attempt replaces its earlier output whole. Artifacts are reported
+// in the RESULT in the order they were written unless the Outcome lists them;
+// the first one is the step's primary output, the next step's input_ref.
+func (t *Task) WriteArtifact(ctx context.Context, name, file, mediaType string, data []byte) (*luciusv1.ArtifactRef, error) {
+	return t.WriteArtifactFrom(ctx, name, file, mediaType, bytes.NewReader(data))
+}
+
+// WriteArtifactFrom is WriteArtifact reading the content from r.
+func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType string, r io.Reader) (*luciusv1.ArtifactRef, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if name == "" || len(name) > 128 {
+		return nil, fmt.Errorf("artifact name %q: want 1-128 bytes", clip(name))
+	}
+	if !filepath.IsLocal(file) {
+		return nil, fmt.Errorf("artifact %s: file %q must be a relative path inside the step directory", name, clip(file))
+	}
+	if mediaType == "" {
+		mediaType = "application/octet-stream"
+	}
+	path := filepath.Join(t.stepDir, file)
+	n, sum, err := writeFileAtomic(path, r)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", name, err)
+	}
+	ref := &luciusv1.ArtifactRef{Name: name, Uri: fileURI(path), MediaType: mediaType, SizeBytes: n, Sha256: sum}
+	t.mu.Lock()
+	t.artifacts = append(t.artifacts, ref)
+	t.mu.Unlock()
+	t.log.DebugContext(ctx, "artifact written", "artifact", name, "uri", ref.Uri, "size_bytes", n)
+	return ref, nil
+}
+
+// Artifacts lists what WriteArtifact wrote so far, in order.
+func (t *Task) Artifacts() []*luciusv1.ArtifactRef {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*luciusv1.ArtifactRef(nil), t.artifacts...)
+}
+
+// Payload returns the directive's payload as plain Go values (strings,
+// float64 numbers, bools, []any, map[string]any); nil fields are absent.
+func (t *Task) Payload() map[string]any {
+	if t.Directive.GetPayload() == nil {
+		return map[string]any{}
+	}
+	return t.Directive.GetPayload().AsMap()
+}
+
+// PayloadInt reads an integer payload field, def when absent. A value that
+// is not an integer within [lo, hi] is a permanent error.
+func (t *Task) PayloadInt(field string, def, lo, hi int) (int, error) {
+	v, ok := t.Directive.GetPayload().GetFields()[field]
+	if !ok || v.GetKind() == nil || v.AsInterface() == nil {
+		return def, nil
+	}
+	f, isNum := v.AsInterface().(float64)
+	if !isNum || f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+		return 0, PermanentCode(CodeInvalidInput, fmt.Errorf("payload.%s: want an integer in [%d, %d], have %v", field, lo, hi, v.AsInterface()))
+	}
+	return int(f), nil
+}
+
+// PayloadStrings reads a list-of-strings payload field; nil when absent. A
+// value that is not a list of strings is a permanent error.
+func (t *Task) PayloadStrings(field string) ([]string, error) {
+	v, ok := t.Directive.GetPayload().GetFields()[field]
+	if !ok || v.AsInterface() == nil {
+		return nil, nil
+	}
+	list := v.GetListValue()
+	if list == nil {
+		return nil, PermanentCode(CodeInvalidInput, fmt.Errorf("payload.%s: want a list of strings", field))
+	}
+	out := make([]string, 0, len(list.GetValues()))
+	for i, item := range list.GetValues() {
+		s, isString := item.AsInterface().(string)
+		if !isString {
+			return nil, PermanentCode(CodeInvalidInput, fmt.Errorf("payload.%s[%d]: want a string", field, i))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

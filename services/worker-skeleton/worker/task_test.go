@@ -1,0 +1,160 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+)
+
+// newTask returns a task whose workspace is a temporary directory.
+func newTask(t *testing.T, payload map[string]any) (*worker.Task, string) {
+	t.Helper()
+	dir := t.TempDir()
+	d := validDirective()
+	d.WorkspaceRef = "file://" + dir + "/lucius/acme/" + validJobID + "/"
+	p, err := structpb.NewStruct(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Payload = p
+	task, err := worker.NewTask(d, worker.TaskConfig{MaxInputBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task, dir
+}
+
+func TestTaskWriteArtifactFollowsLayoutAndReportsChecksum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	task, dir := newTask(t, nil)
+	ref, err := task.WriteArtifact(ctx, "vectors", "vectors.json", "", []byte(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "lucius", "acme", validJobID, "embedding", "2", "vectors.json")
+	if ref.GetUri() != "file://"+want || ref.GetSizeBytes() != 7 || ref.GetSha256() != sha256Hex([]byte(`{"a":1}`)) ||
+		ref.GetMediaType() != "application/octet-stream" {
+		t.Errorf("artifact = %v", ref)
+	}
+	if got, err := os.ReadFile(want); err != nil || string(got) != `{"a":1}` {
+		t.Errorf("file = %q, %v", got, err)
+	}
+	// Rewriting replaces the file whole and leaves no temporary files.
+	if _, err := task.WriteArtifact(ctx, "vectors", "vectors.json", "application/json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(want))
+	if len(entries) != 1 {
+		t.Errorf("step directory holds %d entries, want 1", len(entries))
+	}
+	if arts := task.Artifacts(); len(arts) != 2 || arts[1].GetSizeBytes() != 2 {
+		t.Errorf("Artifacts = %v", arts)
+	}
+}
+
+func TestTaskWriteArtifactRejectsPathsOutsideStepDir(t *testing.T) {
+	t.Parallel()
+	task, _ := newTask(t, nil)
+	for _, file := range []string{"../escape.txt", "/abs.txt", "", "a/../../b"} {
+		if _, err := task.WriteArtifact(context.Background(), "x", file, "", nil); err == nil {
+			t.Errorf("file %q accepted", file)
+		}
+	}
+	if _, err := task.WriteArtifact(context.Background(), "", "ok.txt", "", nil); err == nil {
+		t.Error("empty artifact name accepted")
+	}
+	if _, err := task.WriteArtifact(context.Background(), "pages", "pages/1.txt", "", []byte("p1")); err != nil {
+		t.Errorf("nested relative file rejected: %v", err)
+	}
+}
+
+func TestTaskReadRefClassifiesFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	task, dir := newTask(t, nil)
+	small := filepath.Join(dir, "small.txt")
+	big := filepath.Join(dir, "big.txt")
+	os.WriteFile(small, []byte("hello"), 0o644)
+	os.WriteFile(big, []byte(strings.Repeat("x", 17)), 0o644)
+	if got, err := task.ReadRef(ctx, "file://"+small); err != nil || string(got) != "hello" {
+		t.Errorf("read file URL = %q, %v", got, err)
+	}
+	if got, err := task.ReadRef(ctx, small); err != nil || string(got) != "hello" {
+		t.Errorf("read plain path = %q, %v", got, err)
+	}
+	for _, tc := range []struct {
+		ref, code string
+	}{
+		{"file://" + filepath.Join(dir, "missing.txt"), worker.CodeInputNotFound},
+		{"file://" + big, worker.CodeInvalidInput},
+		{"file://" + dir, worker.CodeInvalidInput},
+		{"https://example.com/in.pdf", worker.CodeUnsupportedRef},
+		{"relative/path.txt", worker.CodeUnsupportedRef},
+	} {
+		_, err := task.ReadRef(ctx, tc.ref)
+		var we *worker.Error
+		if !errors.As(err, &we) || we.Code != tc.code || !worker.IsPermanent(err) {
+			t.Errorf("ReadRef(%s) = %v, want permanent %s", tc.ref, err, tc.code)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := task.ReadRef(cancelled, small); !errors.Is(err, context.Canceled) {
+		t.Errorf("ReadRef with a cancelled context = %v", err)
+	}
+}
+
+func TestTaskPayloadAccessors(t *testing.T) {
+	t.Parallel()
+	task, _ := newTask(t, map[string]any{
+		"chunk_size": 120.0, "fraction": 1.5, "too_big": 1e9, "name": "x",
+		"prompt_set": []any{"a", "b"}, "mixed": []any{"a", 1.0}, "nothing": nil,
+	})
+	for _, tc := range []struct {
+		field   string
+		want    int
+		wantErr bool
+	}{
+		{"chunk_size", 120, false},
+		{"absent", 200, false},
+		{"nothing", 200, false},
+		{"fraction", 0, true},
+		{"too_big", 0, true},
+		{"name", 0, true},
+	} {
+		got, err := task.PayloadInt(tc.field, 200, 1, 1000)
+		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) || (err != nil && !worker.IsPermanent(err)) {
+			t.Errorf("PayloadInt(%s) = %d, %v", tc.field, got, err)
+		}
+	}
+	if got, err := task.PayloadStrings("prompt_set"); err != nil || strings.Join(got, ",") != "a,b" {
+		t.Errorf("PayloadStrings(prompt_set) = %v, %v", got, err)
+	}
+	if got, err := task.PayloadStrings("absent"); err != nil || got != nil {
+		t.Errorf("PayloadStrings(absent) = %v, %v", got, err)
+	}
+	for _, f := range []string{"mixed", "name"} {
+		if _, err := task.PayloadStrings(f); !worker.IsPermanent(err) {
+			t.Errorf("PayloadStrings(%s) = %v, want a permanent error", f, err)
+		}
+	}
+	if task.Payload()["name"] != "x" {
+		t.Errorf("Payload = %v", task.Payload())
+	}
+}
+
+func TestNewTaskRejectsInvalidDirective(t *testing.T) {
+	t.Parallel()
+	if _, err := worker.NewTask(&luciusv1.Directive{}, worker.TaskConfig{}); !errors.Is(err, worker.ErrInvalidDirective) {
+		t.Errorf("NewTask = %v, want ErrInvalidDirective", err)
+	}
+}
