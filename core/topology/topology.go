@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/routing"
 )
 
@@ -142,4 +143,22 @@ func DeclareService(ctx context.Context, admin bus.Admin, cfg Config, service st
 		}
 	}
 	return nil
+}
+
+// ConfigFromEnv reads the topology settings every process must agree on, from
+// the same variables in every main package: declarations are create-or-update,
+// so a process declaring other options would change them for all.
+//
+//	LUCIUS_TOPOLOGY                  two-topic-sets (default) | one-topic-set
+//	LUCIUS_JOBS_LOCK_DURATION        orchestrator-jobs lock (60s)
+//	LUCIUS_DIRECTIVE_LOCK_DURATION   directive subscriptions' lock (60s)
+//	LUCIUS_MAX_DELIVERY_COUNT        deliveries before dead-lettering (10)
+func ConfigFromEnv(e *env.Reader) (Config, error) {
+	t, err := routing.ParseTopology(e.String("LUCIUS_TOPOLOGY", ""))
+	return Config{
+		Topology:              t,
+		JobsLockDuration:      e.Duration("LUCIUS_JOBS_LOCK_DURATION", 0),
+		DirectiveLockDuration: e.Duration("LUCIUS_DIRECTIVE_LOCK_DURATION", 0),
+		MaxDeliveryCount:      e.Int("LUCIUS_MAX_DELIVERY_COUNT", 0),
+	}, err
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -98,6 +99,65 @@ func TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertTrail(t, events.GetEvents())
+		assertOneTrace(t, s, c.id)
+	}
+	assertMetrics(t, s)
+}
+
+// assertOneTrace checks the job's trace context travelled with it: the
+// gateway's accept, the orchestrator's job creation and every worker step log
+// the same trace id (across REST/gRPC, the outbox and the bus).
+func assertOneTrace(t *testing.T, s *suite, jobID string) {
+	t.Helper()
+	traces := map[string]map[string]bool{} // process → trace ids on lines about the job
+	for _, line := range strings.Split(s.logs.tail(100000), "\n") {
+		if !strings.Contains(line, "job_id="+jobID) {
+			continue
+		}
+		process, _, _ := strings.Cut(line, " |")
+		for _, field := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(field, "trace_id="); ok {
+				process = strings.TrimSpace(process)
+				if traces[process] == nil {
+					traces[process] = map[string]bool{}
+				}
+				traces[process][id] = true
+			}
+		}
+	}
+	all := map[string]bool{}
+	for _, ids := range traces {
+		for id := range ids {
+			all[id] = true
+		}
+	}
+	for _, p := range []string{"gateway", "worker-ocr", "worker-embedding", "worker-sis"} {
+		if len(traces[p]) == 0 {
+			t.Fatalf("no traced log line about job %s from %s (traces: %v)", jobID, p, traces)
+		}
+	}
+	if len(all) != 1 {
+		t.Fatalf("job %s spans %d traces, want one: %v", jobID, len(all), traces)
+	}
+}
+
+// assertMetrics checks the services export their counters.
+func assertMetrics(t *testing.T, s *suite) {
+	t.Helper()
+	for addr, metric := range map[string]string{
+		s.Endpoints.GatewayHTTP: "lucius_gateway_submits_total",
+		s.Endpoints.OrchHTTP[0]: "lucius_orchestrator_callbacks_total",
+		s.Endpoints.Reconciler:  "lucius_outbox_published_total",
+	} {
+		resp, err := s.httpc.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), metric) {
+			t.Fatalf("%s/metrics lacks %s", addr, metric)
+		}
 	}
 }
 

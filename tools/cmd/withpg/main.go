@@ -40,9 +40,7 @@ func run(dir string, args []string) (int, error) {
 	defer stop()
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
-		if err := os.RemoveAll(dir); err != nil {
-			return 1, err
-		}
+		// A cluster left running in dir by a killed run is reused, not orphaned.
 		cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, MaxConnections: 800})
 		if err != nil {
 			return 1, err

@@ -13,6 +13,7 @@ import (
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/gateway/internal/gateway"
 )
 
@@ -47,11 +48,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	topology, err := routing.ParseTopology(e.String("LUCIUS_TOPOLOGY", ""))
+	topo, err := topology.ConfigFromEnv(e)
 	if err != nil {
 		return err
 	}
-	cfg.Policy.DefaultMode, cfg.Policy.Topology = mode, topology
+	cfg.Policy.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	protocolsDir := e.String("LUCIUS_PROTOCOLS_DIR", "")
 	if err := e.Err(); err != nil {
 		return err

@@ -14,8 +14,8 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/protocol"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/orchestrator/internal/orchestrator"
 )
 
@@ -47,7 +47,6 @@ func run() error {
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		JobConcurrency:     e.Int("LUCIUS_JOB_CONCURRENCY", 8),
-		JobsLockDuration:   e.Duration("LUCIUS_JOBS_LOCK_DURATION", 0),
 		RetryBackoff:       e.Duration("LUCIUS_RETRY_BACKOFF", 0),
 		MaxDBConns:         int32(e.Int("LUCIUS_DB_MAX_CONNS", 30)),
 		BusPollInterval:    e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
@@ -57,11 +56,11 @@ func run() error {
 			OrphanScan:        e.Duration("LUCIUS_ORPHAN_SCAN_INTERVAL", 0),
 		},
 	}
-	topology, err := routing.ParseTopology(e.String("LUCIUS_TOPOLOGY", ""))
+	topo, err := topology.ConfigFromEnv(e)
 	if err != nil {
 		return err
 	}
-	cfg.Topology = topology
+	cfg.Topology = topo
 	protocolsDir := e.String("LUCIUS_PROTOCOLS_DIR", "")
 	if err := e.Err(); err != nil {
 		return err

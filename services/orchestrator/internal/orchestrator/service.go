@@ -24,7 +24,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/protocol"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -37,7 +36,8 @@ type Config struct {
 	// OwnerID names this instance in job ownership. Required (main derives a unique one).
 	OwnerID   string
 	Protocols *protocol.Registry // required
-	Topology  routing.Topology
+	// Topology is the bus layout and entity options every process declares alike.
+	Topology topology.Config
 	// WorkspaceRoot is the URL job workspaces live under. Required.
 	WorkspaceRoot string
 	// CallbackGRPCTarget and CallbackRESTURL are put in directives for workers;
@@ -45,15 +45,14 @@ type Config struct {
 	CallbackGRPCTarget string
 	CallbackRESTURL    string
 	// JobConcurrency bounds orchestrator-jobs messages handled at once (default 8).
-	JobConcurrency   int
-	JobsLockDuration time.Duration // default 60s
-	Ownership        OwnershipConfig
-	RetryBackoff     time.Duration // default 2s
-	MaxDBConns       int32         // default 30
-	BusPollInterval  time.Duration // default: pgbus's
-	Logger           *slog.Logger
-	Metrics          http.Handler
-	ShutdownGrace    time.Duration // default 10s
+	JobConcurrency  int
+	Ownership       OwnershipConfig
+	RetryBackoff    time.Duration // default 2s
+	MaxDBConns      int32         // default 30
+	BusPollInterval time.Duration // default: pgbus's
+	Logger          *slog.Logger
+	Metrics         http.Handler
+	ShutdownGrace   time.Duration // default 10s
 }
 
 // Validate reports missing settings.
@@ -126,8 +125,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
-	if err := topology.Declare(ctx, b, topology.Config{Topology: cfg.Topology, Services: cfg.Protocols.Services(),
-		JobsLockDuration: cfg.JobsLockDuration}); err != nil {
+	cfg.Topology.Services = cfg.Protocols.Services()
+	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/protocol"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/reconciler/internal/reconciler"
 )
 
@@ -46,11 +46,11 @@ func run() error {
 		OutboxRetention: e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
 		MaxDBConns:      int32(e.Int("LUCIUS_DB_MAX_CONNS", 20)),
 	}
-	topology, err := routing.ParseTopology(e.String("LUCIUS_TOPOLOGY", ""))
+	topo, err := topology.ConfigFromEnv(e)
 	if err != nil {
 		return err
 	}
-	cfg.Topology = topology
+	cfg.Topology = topo
 	protocolsDir := e.String("LUCIUS_PROTOCOLS_DIR", "")
 	if err := e.Err(); err != nil {
 		return err

@@ -21,7 +21,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/protocol"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -31,7 +30,8 @@ type Config struct {
 	DatabaseURL string // required
 	GRPCAddr    string // health and reflection; default 127.0.0.1:9093
 	HTTPAddr    string // default 127.0.0.1:8083
-	Topology    routing.Topology
+	// Topology is the bus layout and entity options every process declares alike.
+	Topology topology.Config
 	// Protocols name the services whose subscriptions are declared before
 	// anything is published to their topics.
 	Protocols  *protocol.Registry // required
@@ -108,7 +108,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
-	if err := topology.Declare(ctx, b, topology.Config{Topology: cfg.Topology, Services: cfg.Protocols.Services()}); err != nil {
+	cfg.Topology.Services = cfg.Protocols.Services()
+	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
 	disp, err := newDispatcher(store, b, pool, cfg.Dispatcher, log)

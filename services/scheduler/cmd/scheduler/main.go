@@ -10,8 +10,8 @@ import (
 	"syscall"
 
 	"github.com/lucius-platform/lucius/core/env"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/scheduler/internal/scheduler"
 )
 
@@ -38,11 +38,11 @@ func run() error {
 		GRPCAddr:    e.String("LUCIUS_SCHEDULER_GRPC_ADDR", "127.0.0.1:9094"),
 		HTTPAddr:    e.String("LUCIUS_SCHEDULER_HTTP_ADDR", "127.0.0.1:8084"),
 	}
-	topology, err := routing.ParseTopology(e.String("LUCIUS_TOPOLOGY", ""))
+	topo, err := topology.ConfigFromEnv(e)
 	if err != nil {
 		return err
 	}
-	cfg.Topology = topology
+	cfg.Topology = topo
 	if err := e.Err(); err != nil {
 		return err
 	}

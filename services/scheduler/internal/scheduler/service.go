@@ -19,17 +19,17 @@ import (
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/migrate"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.
 type Config struct {
-	DatabaseURL   string // required
-	GRPCAddr      string // default 127.0.0.1:9094
-	HTTPAddr      string // default 127.0.0.1:8084
-	Topology      routing.Topology
+	DatabaseURL string // required
+	GRPCAddr    string // default 127.0.0.1:9094
+	HTTPAddr    string // default 127.0.0.1:8084
+	// Topology is the bus layout and entity options every process declares alike.
+	Topology      topology.Config
 	Logger        *slog.Logger
 	Metrics       http.Handler
 	ShutdownGrace time.Duration // default 10s
@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
-	if err := topology.Declare(ctx, b, topology.Config{Topology: cfg.Topology}); err != nil {
+	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
 	grpcServer, health, err := server.NewGRPC(cfg.Logger)
