@@ -15,8 +15,9 @@ import (
 type ReadyFunc func(ctx context.Context) error
 
 // NewHTTPMux returns the HTTP surface of a service: the grpc-gateway REST mux
-// (may be nil) at /, /healthz (alive), /readyz (ready runs) and /metrics.
-func NewHTTPMux(rest http.Handler, metrics http.Handler, ready ReadyFunc) *http.ServeMux {
+// (may be nil) at /, /healthz (alive), /readyz (ready runs), and the operations
+// handler (telemetry.Telemetry.Ops) at /metrics and /debug/pprof/.
+func NewHTTPMux(rest http.Handler, ops http.Handler, ready ReadyFunc) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -30,8 +31,9 @@ func NewHTTPMux(rest http.Handler, metrics http.Handler, ready ReadyFunc) *http.
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
+	if ops != nil {
+		mux.Handle("GET /metrics", ops)
+		mux.Handle("/debug/pprof/", ops)
 	}
 	if rest != nil {
 		mux.Handle("/", otelhttp.NewHandler(rest, "rest", otelhttp.WithSpanNameFormatter(

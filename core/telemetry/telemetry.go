@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 
@@ -44,6 +45,8 @@ type Config struct {
 	OTLPEndpoint string
 	// SpanExporter overrides OTLPEndpoint; tests use an in-memory exporter.
 	SpanExporter sdktrace.SpanExporter
+	// Pprof serves Go's profiler at /debug/pprof/ next to /metrics.
+	Pprof bool
 }
 
 // Validate reports a missing or unknown setting.
@@ -66,8 +69,8 @@ type Telemetry struct {
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
-	// Metrics serves the Prometheus exposition format.
-	Metrics  http.Handler
+	// Ops serves /metrics (Prometheus) and, when enabled, /debug/pprof/.
+	Ops      http.Handler
 	shutdown []func(context.Context) error
 }
 
@@ -122,7 +125,14 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(promExporter), sdkmetric.WithResource(res))
 	t.MeterProvider = mp
 	t.shutdown = append(t.shutdown, mp.Shutdown)
-	t.Metrics = promhttp.HandlerFor(registry, promhttp.HandlerOpts{})
+	ops := http.NewServeMux()
+	ops.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	if cfg.Pprof {
+		ops.HandleFunc("/debug/pprof/", pprof.Index)
+		ops.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		ops.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	t.Ops = ops
 
 	otel.SetTracerProvider(tp)
 	otel.SetMeterProvider(mp)

@@ -45,6 +45,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/migrate"
 )
 
@@ -385,30 +386,15 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 // purgeLoop deletes expired duplicate-detection ids. Several buses on one
 // database may run it at once; SKIP LOCKED keeps them out of each other's way.
 func (b *Bus) purgeLoop(ctx context.Context) {
-	const batch = 5000
-	t := time.NewTicker(b.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	loop.Every(ctx, b.cfg.PurgeInterval, false, func(ctx context.Context) {
+		_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
+			tag, err := b.pool.Exec(ctx, qPurgeDuplicates, limit)
+			return tag.RowsAffected(), err
+		})
+		if err != nil && ctx.Err() == nil {
+			b.log.WarnContext(ctx, "purge duplicate-detection ids", "error", err)
 		}
-		for {
-			qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			tag, err := b.pool.Exec(qctx, qPurgeDuplicates, batch)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					b.log.WarnContext(ctx, "purge duplicate-detection ids", "error", err)
-				}
-				break
-			}
-			if tag.RowsAffected() < batch {
-				break
-			}
-		}
-	}
+	})
 }
 
 // announce tells receivers that paths have messages: local ones at once,

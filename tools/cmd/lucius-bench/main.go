@@ -1,7 +1,7 @@
 // Command lucius-bench measures the suite end to end: it starts a fresh suite
 // (durable PostgreSQL, two orchestrators, workers in no-op mode unless -real),
 // submits N three-step OCR_EMBEDDING_SIS jobs over gRPC from C concurrent
-// clients, waits for every job to finish and prints jobs/s and the
+// clients (as fast as they can, or at a fixed arrival rate), waits for every job to finish and prints jobs/s and the
 // submit→SUCCEEDED latency percentiles (from the ledger's own timestamps).
 package main
 
@@ -31,15 +31,16 @@ func main() {
 	n := flag.Int("n", 1000, "jobs to submit")
 	c := flag.Int("c", 32, "concurrent submitting clients")
 	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
+	rate := flag.Float64("rate", 0, "submit at this many jobs/s (open loop); 0 submits as fast as the clients can")
 	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
 	flag.Parse()
-	if err := run(*bin, *data, *n, *c, *real, *logs); err != nil {
+	if err := run(*bin, *data, *n, *c, *rate, *real, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, data string, n, c int, real bool, logPath string) error {
+func run(bin, data string, n, c int, rate float64, real bool, logPath string) error {
 	ctx := context.Background()
 	if err := os.RemoveAll(data); err != nil {
 		return err
@@ -75,13 +76,19 @@ func run(bin, data string, n, c int, real bool, logPath string) error {
 	defer conn.Close()
 	client := luciusv1.NewCommandServiceClient(conn)
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"what is this about?"}})
+	start := time.Now()
 
+	// With a rate, job i may not be submitted before start + i/rate.
+	pace := func(i int64) {
+		if rate > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(float64(i-1) / rate * float64(time.Second)))))
+		}
+	}
 	var next atomic.Int64
 	var mu sync.Mutex
 	var submitLat []time.Duration
 	var ids []string
 	var failed atomic.Int64
-	start := time.Now()
 	var wg sync.WaitGroup
 	for range c {
 		wg.Add(1)
@@ -92,6 +99,7 @@ func run(bin, data string, n, c int, real bool, logPath string) error {
 				if i > int64(n) {
 					return
 				}
+				pace(i)
 				t0 := time.Now()
 				resp, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
 					TenantId: fmt.Sprintf("tenant-%d", i%8), RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1",
@@ -160,6 +168,48 @@ func run(bin, data string, n, c int, real bool, logPath string) error {
 	fmt.Printf("  throughput      %.1f jobs/s (first accept → last SUCCEEDED: %s)\n", float64(len(lat))/span.Seconds(), span.Round(time.Millisecond))
 	fmt.Printf("  submit→SUCCEEDED p50 %s  p95 %s  p99 %s  max %s\n", pct(lat, 50), pct(lat, 95), pct(lat, 99), pct(lat, 100))
 	fmt.Printf("  Submit RPC       p50 %s  p95 %s  p99 %s\n", pct(submitLat, 50), pct(submitLat, 95), pct(submitLat, 99))
+	return stages(ctx, pool, ids)
+}
+
+// stages prints where the time goes, from the audit trail: each row is the
+// time between two consecutive events of a job, by what the later event says.
+func stages(ctx context.Context, pool *pgxpool.Pool, ids []string) error {
+	rows, err := pool.Query(ctx, `SELECT stage, extract(epoch FROM d) FROM (
+		SELECT CASE
+			WHEN type = 'JOB_QUEUED' THEN 'accepted → queued (outbox publish)'
+			WHEN type = 'JOB_CREATED' THEN 'queued → job created (orchestrator claim)'
+			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'AWAITING_ACK' THEN 'step dispatched → directive published'
+			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'IN_PROGRESS' THEN 'directive published → ACK'
+			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'SUCCEEDED' THEN 'ACK → RESULT applied'
+			END AS stage,
+			created_at - lag(created_at) OVER (PARTITION BY job_id ORDER BY event_id) AS d
+		FROM job_events WHERE job_id = ANY($1)) s
+		WHERE stage IS NOT NULL AND d IS NOT NULL`, ids)
+	if err != nil {
+		return err
+	}
+	byStage := map[string][]time.Duration{}
+	var order []string
+	for rows.Next() {
+		var stage string
+		var secs float64
+		if err := rows.Scan(&stage, &secs); err != nil {
+			return err
+		}
+		if _, ok := byStage[stage]; !ok {
+			order = append(order, stage)
+		}
+		byStage[stage] = append(byStage[stage], time.Duration(secs*float64(time.Second)))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	sort.Strings(order)
+	fmt.Println("\n  where the time goes (p50 / p95 / p99 per occurrence):")
+	for _, st := range order {
+		d := byStage[st]
+		fmt.Printf("    %-44s %9s %9s %9s  (n=%d)\n", st, pct(d, 50), pct(d, 95), pct(d, 99), len(d))
+	}
 	return nil
 }
 

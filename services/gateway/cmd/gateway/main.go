@@ -4,12 +4,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -18,53 +15,26 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
-	}
+	process.Main("gateway", configure, func(ctx context.Context, cfg gateway.Config, tel *telemetry.Telemetry) error {
+		cfg.Logger, cfg.Ops = tel.Logger, tel.Ops
+		return gateway.Run(ctx, cfg)
+	})
 }
 
-func run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	e := env.New()
-	tcfg := telemetry.Config{
-		Service:      "gateway",
-		Instance:     e.String("LUCIUS_INSTANCE", "gateway"),
-		LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
-		LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
-		OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-	}
+func configure(e *env.Reader) (gateway.Config, error) {
 	cfg := gateway.Config{
-		DatabaseURL: e.Required("DATABASE_URL"),
-		GRPCAddr:    e.String("LUCIUS_GATEWAY_GRPC_ADDR", "127.0.0.1:9090"),
-		HTTPAddr:    e.String("LUCIUS_GATEWAY_HTTP_ADDR", "127.0.0.1:8080"),
-		MaxDBConns:  int32(e.Int("LUCIUS_DB_MAX_CONNS", 20)),
-		Policy: gateway.Policy{
-			RefSchemes: e.List("LUCIUS_REF_SCHEMES", []string{"file", "https", "az"}),
-		},
+		Service: process.ReadService(e, "gateway", "127.0.0.1:9090", "127.0.0.1:8080", 20),
+		Policy:  gateway.Policy{RefSchemes: e.List("LUCIUS_REF_SCHEMES", []string{"file", "https", "az"})},
 	}
 	mode, err := routing.ParseMode(e.String("LUCIUS_DEFAULT_MODE", "DEFAULT"))
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	topo, err := topology.ConfigFromEnv(e)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	cfg.Policy.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
-	protocolsDir := e.String("LUCIUS_PROTOCOLS_DIR", "")
-	if err := e.Err(); err != nil {
-		return err
-	}
-	if cfg.Protocols, err = protocol.LoadDirOrBuiltin(protocolsDir); err != nil {
-		return err
-	}
-	tel, err := telemetry.Setup(ctx, tcfg)
-	if err != nil {
-		return err
-	}
-	defer tel.Shutdown(context.Background()) //nolint:errcheck
-	cfg.Logger, cfg.Metrics = tel.Logger, tel.Metrics
-	return gateway.Run(ctx, cfg)
+	cfg.Protocols, err = protocol.LoadDirOrBuiltin(e.String("LUCIUS_PROTOCOLS_DIR", ""))
+	return cfg, err
 }

@@ -10,46 +10,30 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
 type Config struct {
-	DatabaseURL string // required
-	GRPCAddr    string // default 127.0.0.1:9090
-	HTTPAddr    string // default 127.0.0.1:8080
-	// MaxDBConns caps the pool (default 20).
-	MaxDBConns int32
-	Protocols  *protocol.Registry // required
-	Policy     Policy
-	Logger     *slog.Logger
-	// Metrics is served at /metrics when set.
-	Metrics http.Handler
-	// ShutdownGrace bounds a graceful stop (default 10s).
-	ShutdownGrace time.Duration
+	// Service: gRPC on 127.0.0.1:9090, HTTP on 127.0.0.1:8080, 20 connections by default.
+	process.Service
+	Protocols *protocol.Registry // required
+	Policy    Policy
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	var errs []error
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("gateway: DatabaseURL is required"))
-	}
+	errs := []error{c.Service.Validate()}
 	if c.Protocols == nil {
 		errs = append(errs, errors.New("gateway: Protocols is required"))
 	}
@@ -59,23 +43,7 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c *Config) defaults() {
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = "127.0.0.1:9090"
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8080"
-	}
-	if c.MaxDBConns == 0 {
-		c.MaxDBConns = 20
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
-	}
-}
+func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9090", "127.0.0.1:8080", 20) }
 
 // Run serves the gateway until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
@@ -84,19 +52,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations)
 	if err != nil {
-		return fmt.Errorf("database url: %w", err)
-	}
-	poolCfg.MaxConns = cfg.MaxDBConns
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect database: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, ledger.Migrations); err != nil {
 		return err
 	}
+	defer pool.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 
@@ -104,46 +64,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	grpcServer, health, err := server.NewGRPC(log)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, runtime.WithForwardResponseOption(acceptedFor202))
 	if err != nil {
 		return err
 	}
-	luciusv1.RegisterCommandServiceServer(grpcServer, commands)
-	luciusv1.RegisterJobServiceServer(grpcServer, &jobService{store: store, log: log})
-
-	grpcListener, err := server.Listen(cfg.GRPCAddr)
-	if err != nil {
+	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
+	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log})
+	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		ep.Close()
 		return err
 	}
-	httpListener, err := server.Listen(cfg.HTTPAddr)
-	if err != nil {
-		grpcListener.Close()
-		return err
-	}
-	rest := server.NewRESTMux(runtime.WithForwardResponseOption(acceptedFor202))
-	conn, err := server.Dial(grpcListener.Addr().String())
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := registerREST(ctx, rest, conn); err != nil {
-		return err
-	}
-	ready := func(ctx context.Context) error { return pool.Ping(ctx) }
-	httpServer := server.NewHTTPServer(server.NewHTTPMux(rest, cfg.Metrics, ready))
-	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	log.Info("gateway serving", "grpc", grpcListener.Addr().String(), "http", httpListener.Addr().String(),
-		"request_types", cfg.Protocols.IDs())
-	return server.Run(ctx, cfg.ShutdownGrace,
-		server.GRPCRunner{Server: grpcServer, Listener: grpcListener},
-		server.HTTPRunner{Server: httpServer, Listener: httpListener})
-}
-
-func registerREST(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	if err := luciusv1.RegisterCommandServiceHandler(ctx, mux, conn); err != nil {
-		return err
-	}
-	return luciusv1.RegisterJobServiceHandler(ctx, mux, conn)
+	log.Info("gateway serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(), "request_types", cfg.Protocols.IDs())
+	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }
 
 // acceptedFor202 answers a REST submit with 202 Accepted: the command is

@@ -21,6 +21,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 )
@@ -45,7 +46,8 @@ func startGateway(t *testing.T) *gatewayFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{DatabaseURL: url, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Protocols: protocol.Builtin(), Policy: testPolicy})
+		done <- Run(ctx, Config{Service: process.Service{DatabaseURL: url, GRPCAddr: grpcAddr, HTTPAddr: httpAddr},
+			Protocols: protocol.Builtin(), Policy: testPolicy})
 	}()
 	t.Cleanup(func() {
 		cancel()

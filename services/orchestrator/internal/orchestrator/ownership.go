@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
@@ -35,44 +36,31 @@ func (c *OwnershipConfig) defaults() {
 // heartbeatLoop keeps this instance's jobs owned. If it stops (a crash, a
 // SIGSTOP), the jobs become orphans after OrphanThreshold.
 func heartbeatLoop(ctx context.Context, store *ledger.Store, owner string, every time.Duration, log *slog.Logger) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
+	loop.Every(ctx, every, true, func(ctx context.Context) {
 		n, err := store.Heartbeat(ctx, owner)
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err != nil && ctx.Err() == nil:
 			log.WarnContext(ctx, "heartbeat", telemetry.Err(err))
-		} else if n > 0 {
+		case n > 0:
 			log.DebugContext(ctx, "heartbeat", "jobs", n)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // orphanLoop reclaims jobs whose owner went silent. Reclaiming increments the
 // owner epoch, fencing the former owner.
 func orphanLoop(ctx context.Context, store *ledger.Store, owner string, cfg OwnershipConfig, log *slog.Logger) {
-	tick := time.NewTicker(cfg.OrphanScan)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	loop.Every(ctx, cfg.OrphanScan, false, func(ctx context.Context) {
 		reclaimed, err := store.ReclaimOrphans(ctx, owner, cfg.OrphanThreshold, cfg.ReclaimBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.WarnContext(ctx, "orphan scan", telemetry.Err(err))
 			}
-			continue
+			return
 		}
 		for _, r := range reclaimed {
 			log.InfoContext(ctx, "reclaimed orphaned job", telemetry.JobID(r.JobID), "previous_owner", r.PreviousOwner,
 				telemetry.KeyOwnerEpoch, r.Epoch)
 		}
-	}
+	})
 }

@@ -8,21 +8,16 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -30,9 +25,8 @@ import (
 
 // Config configures an orchestrator instance. Zero values take the defaults noted.
 type Config struct {
-	DatabaseURL string // required
-	GRPCAddr    string // default 127.0.0.1:9091
-	HTTPAddr    string // default 127.0.0.1:8081
+	// Service: gRPC on 127.0.0.1:9091, HTTP on 127.0.0.1:8081, 30 connections by default.
+	process.Service
 	// OwnerID names this instance in job ownership. Required (main derives a unique one).
 	OwnerID   string
 	Protocols *protocol.Registry // required
@@ -48,19 +42,12 @@ type Config struct {
 	JobConcurrency  int
 	Ownership       OwnershipConfig
 	RetryBackoff    time.Duration // default 2s
-	MaxDBConns      int32         // default 30
 	BusPollInterval time.Duration // default: pgbus's
-	Logger          *slog.Logger
-	Metrics         http.Handler
-	ShutdownGrace   time.Duration // default 10s
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	var errs []error
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("orchestrator: DatabaseURL is required"))
-	}
+	errs := []error{c.Service.Validate()}
 	if c.OwnerID == "" {
 		errs = append(errs, errors.New("orchestrator: OwnerID is required"))
 	}
@@ -77,23 +64,9 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) defaults() {
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = "127.0.0.1:9091"
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8081"
-	}
+	c.Service.Defaults("127.0.0.1:9091", "127.0.0.1:8081", 30)
 	if c.JobConcurrency == 0 {
 		c.JobConcurrency = 8
-	}
-	if c.MaxDBConns == 0 {
-		c.MaxDBConns = 30
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
 	}
 	c.Ownership.defaults()
 }
@@ -105,19 +78,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
 	if err != nil {
-		return fmt.Errorf("database url: %w", err)
-	}
-	poolCfg.MaxConns = cfg.MaxDBConns
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect database: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, ledger.Migrations, pgbus.Migrations); err != nil {
 		return err
 	}
+	defer pool.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: cfg.BusPollInterval})
@@ -130,54 +95,42 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	grpcListener, err := server.Listen(cfg.GRPCAddr)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
 	if err != nil {
-		return err
-	}
-	httpListener, err := server.Listen(cfg.HTTPAddr)
-	if err != nil {
-		grpcListener.Close()
 		return err
 	}
 	callbacks := engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}
 	if callbacks.GRPCTarget == "" {
-		callbacks.GRPCTarget = grpcListener.Addr().String()
+		callbacks.GRPCTarget = ep.GRPCAddr()
 	}
 	if callbacks.RESTBaseURL == "" {
-		callbacks.RESTBaseURL = "http://" + httpListener.Addr().String()
+		callbacks.RESTBaseURL = "http://" + ep.HTTPAddr()
 	}
 	eng, err := engine.New(store, engine.Config{Protocols: cfg.Protocols, Callbacks: callbacks,
 		WorkspaceRoot: cfg.WorkspaceRoot, RetryBackoff: cfg.RetryBackoff, Logger: log})
 	if err != nil {
+		ep.Close()
 		return err
 	}
 	cbService, err := newCallbackService(eng, log)
 	if err != nil {
+		ep.Close()
 		return err
 	}
-	grpcServer, health, err := server.NewGRPC(log)
-	if err != nil {
+	luciusv1.RegisterCallbackServiceServer(ep.GRPC, cbService)
+	if err := luciusv1.RegisterCallbackServiceHandler(ctx, ep.REST, ep.Conn()); err != nil {
+		ep.Close()
 		return err
 	}
-	luciusv1.RegisterCallbackServiceServer(grpcServer, cbService)
-	conn, err := server.Dial(grpcListener.Addr().String())
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	rest := server.NewRESTMux()
-	if err := luciusv1.RegisterCallbackServiceHandler(ctx, rest, conn); err != nil {
-		return err
-	}
-	ready := func(ctx context.Context) error { return pool.Ping(ctx) }
-	httpServer := server.NewHTTPServer(server.NewHTTPMux(rest, cfg.Metrics, ready))
 
 	receiver, err := b.NewReceiver(ctx, bus.QueueSource(topology.QueueOrchestratorJobs))
 	if err != nil {
+		ep.Close()
 		return err
 	}
 	consumer, err := newJobConsumer(receiver, eng, cfg.OwnerID, cfg.JobConcurrency, log)
 	if err != nil {
+		ep.Close()
 		return err
 	}
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
@@ -198,11 +151,8 @@ func Run(ctx context.Context, cfg Config) error {
 		receiver.Close(context.Background()) //nolint:errcheck
 	}()
 
-	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	log.Info("orchestrator serving", "grpc", grpcListener.Addr().String(), "http", httpListener.Addr().String(),
+	log.Info("orchestrator serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
 		"callback_grpc_target", callbacks.GRPCTarget, "heartbeat", cfg.Ownership.HeartbeatInterval,
 		"orphan_threshold", cfg.Ownership.OrphanThreshold, "orphan_scan", cfg.Ownership.OrphanScan)
-	return server.Run(ctx, cfg.ShutdownGrace,
-		server.GRPCRunner{Server: grpcServer, Listener: grpcListener},
-		server.HTTPRunner{Server: httpServer, Listener: httpListener})
+	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
@@ -252,28 +253,15 @@ func listen(ctx context.Context, pool *pgxpool.Pool, channel string, wake chan<-
 
 // purgeLoop deletes sent outbox rows older than retain, keeping the table small.
 func purgeLoop(ctx context.Context, store *ledger.Store, every, retain time.Duration, log *slog.Logger) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	loop.Every(ctx, every, false, func(ctx context.Context) {
+		n, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
+			return store.PurgeSentOutbox(ctx, retain, limit)
+		})
+		if err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "purge outbox", telemetry.Err(err))
 		}
-		for {
-			n, err := store.PurgeSentOutbox(ctx, retain, 5000)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.WarnContext(ctx, "purge outbox", telemetry.Err(err))
-				}
-				break
-			}
-			if n > 0 {
-				log.DebugContext(ctx, "purged sent outbox rows", "rows", n)
-			}
-			if n < 5000 {
-				break
-			}
+		if n > 0 {
+			log.DebugContext(ctx, "purged sent outbox rows", "rows", n)
 		}
-	}
+	})
 }

@@ -8,18 +8,13 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -27,9 +22,9 @@ import (
 
 // Config configures a reconciler. Zero values take the defaults noted.
 type Config struct {
-	DatabaseURL string // required
-	GRPCAddr    string // health and reflection; default 127.0.0.1:9093
-	HTTPAddr    string // default 127.0.0.1:8083
+	// Service: gRPC (health, reflection) on 127.0.0.1:9093, HTTP on
+	// 127.0.0.1:8083, 20 connections by default.
+	process.Service
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
 	// Protocols name the services whose subscriptions are declared before
@@ -39,18 +34,11 @@ type Config struct {
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
 	PurgeInterval   time.Duration // default 1m
-	MaxDBConns      int32         // default 20
-	Logger          *slog.Logger
-	Metrics         http.Handler
-	ShutdownGrace   time.Duration // default 10s
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	var errs []error
-	if c.DatabaseURL == "" {
-		errs = append(errs, errors.New("reconciler: DatabaseURL is required"))
-	}
+	errs := []error{c.Service.Validate()}
 	if c.Protocols == nil {
 		errs = append(errs, errors.New("reconciler: Protocols is required"))
 	}
@@ -58,26 +46,12 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) defaults() {
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = "127.0.0.1:9093"
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8083"
-	}
+	c.Service.Defaults("127.0.0.1:9093", "127.0.0.1:8083", 20)
 	if c.OutboxRetention == 0 {
 		c.OutboxRetention = time.Hour
 	}
 	if c.PurgeInterval == 0 {
 		c.PurgeInterval = time.Minute
-	}
-	if c.MaxDBConns == 0 {
-		c.MaxDBConns = 20
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
 	}
 }
 
@@ -88,19 +62,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
 	if err != nil {
-		return fmt.Errorf("database url: %w", err)
-	}
-	poolCfg.MaxConns = cfg.MaxDBConns
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect database: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, ledger.Migrations, pgbus.Migrations); err != nil {
 		return err
 	}
+	defer pool.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
@@ -116,22 +82,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-
-	grpcServer, health, err := server.NewGRPC(log)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
 	if err != nil {
 		return err
 	}
-	grpcListener, err := server.Listen(cfg.GRPCAddr)
-	if err != nil {
-		return err
-	}
-	httpListener, err := server.Listen(cfg.HTTPAddr)
-	if err != nil {
-		grpcListener.Close()
-		return err
-	}
-	ready := func(ctx context.Context) error { return pool.Ping(ctx) }
-	httpServer := server.NewHTTPServer(server.NewHTTPMux(nil, cfg.Metrics, ready))
 
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -144,10 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer func() { stopLoops(); wg.Wait() }()
 
-	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	log.Info("reconciler serving", "grpc", grpcListener.Addr().String(), "http", httpListener.Addr().String(),
+	log.Info("reconciler serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
 		"batch_size", disp.cfg.BatchSize, "poll_interval", disp.cfg.PollInterval)
-	return server.Run(ctx, cfg.ShutdownGrace,
-		server.GRPCRunner{Server: grpcServer, Listener: grpcListener},
-		server.HTTPRunner{Server: httpServer, Listener: httpListener})
+	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }

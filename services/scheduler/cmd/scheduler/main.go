@@ -4,53 +4,26 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/scheduler/internal/scheduler"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "scheduler:", err)
-		os.Exit(1)
-	}
+	process.Main("scheduler", configure, func(ctx context.Context, cfg scheduler.Config, tel *telemetry.Telemetry) error {
+		cfg.Logger, cfg.Ops = tel.Logger, tel.Ops
+		return scheduler.Run(ctx, cfg)
+	})
 }
 
-func run() error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	e := env.New()
-	tcfg := telemetry.Config{
-		Service:      "scheduler",
-		Instance:     e.String("LUCIUS_INSTANCE", "scheduler"),
-		LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
-		LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
-		OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-	}
+func configure(e *env.Reader) (scheduler.Config, error) {
 	cfg := scheduler.Config{
-		DatabaseURL: e.Required("DATABASE_URL"),
-		GRPCAddr:    e.String("LUCIUS_SCHEDULER_GRPC_ADDR", "127.0.0.1:9094"),
-		HTTPAddr:    e.String("LUCIUS_SCHEDULER_HTTP_ADDR", "127.0.0.1:8084"),
+		Service: process.ReadService(e, "scheduler", "127.0.0.1:9094", "127.0.0.1:8084", 10),
 	}
-	topo, err := topology.ConfigFromEnv(e)
-	if err != nil {
-		return err
-	}
-	cfg.Topology = topo
-	if err := e.Err(); err != nil {
-		return err
-	}
-	tel, err := telemetry.Setup(ctx, tcfg)
-	if err != nil {
-		return err
-	}
-	defer tel.Shutdown(context.Background()) //nolint:errcheck
-	cfg.Logger, cfg.Metrics = tel.Logger, tel.Metrics
-	return scheduler.Run(ctx, cfg)
+	var err error
+	cfg.Topology, err = topology.ConfigFromEnv(e)
+	return cfg, err
 }

@@ -7,56 +7,27 @@ package scheduler
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.
 type Config struct {
-	DatabaseURL string // required
-	GRPCAddr    string // default 127.0.0.1:9094
-	HTTPAddr    string // default 127.0.0.1:8084
+	// Service: gRPC on 127.0.0.1:9094, HTTP on 127.0.0.1:8084, 10 connections by default.
+	process.Service
 	// Topology is the bus layout and entity options every process declares alike.
-	Topology      topology.Config
-	Logger        *slog.Logger
-	Metrics       http.Handler
-	ShutdownGrace time.Duration // default 10s
+	Topology topology.Config
 }
 
 // Validate reports missing settings.
-func (c *Config) Validate() error {
-	if c.DatabaseURL == "" {
-		return errors.New("scheduler: DatabaseURL is required")
-	}
-	return nil
-}
+func (c *Config) Validate() error { return c.Service.Validate() }
 
-func (c *Config) defaults() {
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = "127.0.0.1:9094"
-	}
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = "127.0.0.1:8084"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 10 * time.Second
-	}
-}
+func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9094", "127.0.0.1:8084", 10) }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
@@ -64,14 +35,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
 	if err != nil {
-		return fmt.Errorf("connect database: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, ledger.Migrations, pgbus.Migrations); err != nil {
 		return err
 	}
+	defer pool.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: cfg.Logger})
 	if err != nil {
 		return err
@@ -80,24 +48,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
-	grpcServer, health, err := server.NewGRPC(cfg.Logger)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger)
 	if err != nil {
 		return err
 	}
-	grpcListener, err := server.Listen(cfg.GRPCAddr)
-	if err != nil {
-		return err
-	}
-	httpListener, err := server.Listen(cfg.HTTPAddr)
-	if err != nil {
-		grpcListener.Close()
-		return err
-	}
-	ready := func(ctx context.Context) error { return pool.Ping(ctx) }
-	httpServer := server.NewHTTPServer(server.NewHTTPMux(nil, cfg.Metrics, ready))
-	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	cfg.Logger.Info("scheduler serving (no runbooks yet)", "grpc", grpcListener.Addr().String(), "http", httpListener.Addr().String())
-	return server.Run(ctx, cfg.ShutdownGrace,
-		server.GRPCRunner{Server: grpcServer, Listener: grpcListener},
-		server.HTTPRunner{Server: httpServer, Listener: httpListener})
+	cfg.Logger.Info("scheduler serving (no runbooks yet)", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr())
+	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }

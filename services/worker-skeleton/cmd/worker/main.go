@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/env"
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -65,13 +65,7 @@ func readSettings(e *env.Reader) (settings, error) {
 		maxConns:     e.Int("LUCIUS_DB_MAX_CONNS", 10),
 		pollInterval: e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
 		retention:    e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
-		telemetry: telemetry.Config{
-			Service:      "worker-" + service,
-			Instance:     instance,
-			LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
-			LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
-			OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-		},
+		telemetry:    process.TelemetryConfig(e, "worker-"+service),
 		runner: worker.Config{
 			Service:        service,
 			WorkerID:       instance,
@@ -130,19 +124,11 @@ func run() error {
 	defer tel.Shutdown(context.Background()) //nolint:errcheck
 	log := tel.Logger
 
-	poolCfg, err := pgxpool.ParseConfig(s.databaseURL)
+	pool, err := database.Open(ctx, s.databaseURL, int32(s.maxConns), pgbus.Migrations, worker.Migrations)
 	if err != nil {
-		return fmt.Errorf("database url: %w", err)
-	}
-	poolCfg.MaxConns = int32(s.maxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect database: %w", err)
-	}
-	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, pgbus.Migrations, worker.Migrations); err != nil {
 		return err
 	}
+	defer pool.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: s.pollInterval})
 	if err != nil {
 		return err
@@ -166,7 +152,7 @@ func run() error {
 		}
 		return runner.Ready(ctx)
 	}
-	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, tel.Metrics, ready)), Listener: ln}
+	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, tel.Ops, ready)), Listener: ln}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -194,28 +180,12 @@ func run() error {
 // retention above the bus's message TTL (14 days by default), or a very late
 // redelivery would run its attempt again.
 func pruneLoop(ctx context.Context, store *worker.PGStore, retention time.Duration, log *slog.Logger) {
-	const batch = 5000
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	loop.Every(ctx, time.Hour, false, func(ctx context.Context) {
+		_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
+			return store.Prune(ctx, time.Now().Add(-retention), limit)
+		})
+		if err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "prune worker executions", telemetry.Err(err))
 		}
-		for {
-			qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			n, err := store.Prune(qctx, time.Now().Add(-retention), batch)
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					log.WarnContext(ctx, "prune worker executions", telemetry.Err(err))
-				}
-				break
-			}
-			if n < batch {
-				break
-			}
-		}
-	}
+	})
 }

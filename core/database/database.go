@@ -1,0 +1,34 @@
+// Package database opens the PostgreSQL pool a Lucius process uses and brings
+// the schema it needs up to date (migrations are safe when processes start
+// together).
+package database
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/migrate"
+)
+
+// Open connects a pool of at most maxConns connections (pgx's default when 0)
+// and applies the migration sets in order.
+func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	if err := migrate.Apply(ctx, pool, sets...); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Endpoint is a service's network surface: its gRPC server and, on a second
+// listener, HTTP with REST (grpc-gateway dialed through the gRPC endpoint, so REST
+// calls pass the same interceptors), /healthz, /readyz and the operations handler.
+type Endpoint struct {
+	// GRPC is where the service registers its gRPC services.
+	GRPC *grpc.Server
+	// REST is where it registers grpc-gateway handlers, over Conn.
+	REST   *runtime.ServeMux
+	conn   *grpc.ClientConn
+	health *health.Server
+	grpcL  net.Listener
+	httpL  net.Listener
+}
+
+// NewEndpoint opens both listeners and builds the servers.
+func NewEndpoint(grpcAddr, httpAddr string, log *slog.Logger, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
+	srv, hs, err := NewGRPC(log)
+	if err != nil {
+		return nil, err
+	}
+	e := &Endpoint{GRPC: srv, health: hs, REST: NewRESTMux(restOpts...)}
+	if e.grpcL, err = Listen(grpcAddr); err != nil {
+		return nil, err
+	}
+	if e.httpL, err = Listen(httpAddr); err != nil {
+		e.grpcL.Close()
+		return nil, err
+	}
+	if e.conn, err = Dial(e.grpcL.Addr().String()); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Conn is a client connection to this endpoint's own gRPC server.
+func (e *Endpoint) Conn() *grpc.ClientConn { return e.conn }
+
+// GRPCAddr is the gRPC listener's address.
+func (e *Endpoint) GRPCAddr() string { return e.grpcL.Addr().String() }
+
+// HTTPAddr is the HTTP listener's address.
+func (e *Endpoint) HTTPAddr() string { return e.httpL.Addr().String() }
+
+// Serve marks the service healthy and serves until ctx ends, then shuts both
+// servers down within grace. It closes the endpoint.
+func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Handler, ready ReadyFunc) error {
+	defer e.conn.Close()
+	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	httpServer := NewHTTPServer(NewHTTPMux(e.REST, ops, ready))
+	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
+}
+
+// Close releases an endpoint that will not Serve.
+func (e *Endpoint) Close() {
+	e.grpcL.Close()
+	e.httpL.Close()
+	if e.conn != nil {
+		e.conn.Close()
+	}
+}
