@@ -61,6 +61,20 @@ check-generated: tools protodeps ## fail when contract/ is not what proto/ gener
 	@diff -r .build/gencheck/contract/lucius contract/lucius && diff -r .build/gencheck/contract/openapi contract/openapi \
 		|| { echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
 
+# The contract must stay compatible with what has landed. The third-party
+# imports are not in git, so build an image of the base's proto/ in a
+# temporary worktree (with today's printed imports) and compare against it.
+BREAKING_AGAINST ?= main
+.PHONY: breaking
+breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ (skipped when it has none)
+	@if ! git cat-file -e "$(BREAKING_AGAINST):proto" 2>/dev/null; then echo "breaking: $(BREAKING_AGAINST) has no proto/; nothing to compare"; exit 0; fi; \
+	rm -rf .build/against .build/against.binpb; git worktree prune; \
+	git worktree add --detach --force .build/against "$(BREAKING_AGAINST)" >/dev/null 2>&1; \
+	mkdir -p .build/against/.build && cp -r .build/protodeps .build/against/.build/protodeps; \
+	(cd .build/against && buf build -o ../against.binpb); status=$$?; \
+	git worktree remove --force .build/against; \
+	[ $$status -eq 0 ] && buf build -o .build/current.binpb && buf breaking .build/current.binpb --against .build/against.binpb && echo "breaking: compatible with $(BREAKING_AGAINST)"
+
 .PHONY: lint
 lint: tools protodeps ## buf lint, gofmt and go vet
 	buf lint
@@ -77,7 +91,7 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
 .PHONY: test
-test: check-generated lint build ## run every test against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated breaking lint build ## run every test against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PACKAGES)
 
 .PHONY: up
