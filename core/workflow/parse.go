@@ -1,0 +1,610 @@
+package workflow
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Catalog says which handlers exist and which service owns each.
+type Catalog interface {
+	// HandlerService returns the service owning handler, or false if unknown.
+	HandlerService(handler string) (string, bool)
+}
+
+type rawDef struct {
+	WorkflowID  string              `yaml:"workflow_id"`
+	Name        string              `yaml:"name"`
+	Version     int                 `yaml:"version"`
+	Description string              `yaml:"description"`
+	Inputs      map[string]rawInput `yaml:"inputs"`
+	Nodes       yaml.Node           `yaml:"nodes"`
+}
+
+type rawInput struct {
+	Rule    `yaml:",inline"`
+	Default any `yaml:"default"`
+}
+
+// rawNode holds every field any node type may have; which are allowed per
+// type is checked separately so an error can point at the offending key.
+type rawNode struct {
+	Type              string         `yaml:"type"`
+	Description       string         `yaml:"description"`
+	Next              yaml.Node      `yaml:"next"`
+	Handler           string         `yaml:"handler"`
+	Service           string         `yaml:"service"`
+	Queue             string         `yaml:"queue"` // seed 001's name for service
+	Params            map[string]any `yaml:"params"`
+	TimeoutSeconds    int            `yaml:"timeout_seconds"`
+	AckTimeoutSeconds int            `yaml:"ack_timeout_seconds"`
+	Retry             *rawRetry      `yaml:"retry"`
+	OnFailure         string         `yaml:"on_failure"`
+	ConditionField    string         `yaml:"condition_field"`
+	Branches          []rawBranch    `yaml:"branches"`
+	Over              string         `yaml:"over"`
+	MaxParallel       int            `yaml:"max_parallel"`
+	Task              *rawNode       `yaml:"task"`
+}
+
+type rawRetry struct {
+	MaxAttempts         int    `yaml:"max_attempts"`
+	Backoff             string `yaml:"backoff"`
+	InitialDelaySeconds int    `yaml:"initial_delay_seconds"`
+	MaxDelaySeconds     int    `yaml:"max_delay_seconds"`
+}
+
+type rawBranch struct {
+	Condition *string `yaml:"condition"`
+	Default   bool    `yaml:"default"`
+	Next      string  `yaml:"next"`
+}
+
+var allowedKeys = map[string][]string{
+	TypeStart:       {"type", "description", "next"},
+	TypeEnd:         {"type", "description"},
+	TypeTask:        {"type", "description", "next", "handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "retry", "on_failure"},
+	TypeConditional: {"type", "description", "condition_field", "branches"},
+	TypeFanOut:      {"type", "description", "next", "over", "max_parallel", "task"},
+	TypeFanIn:       {"type", "description", "next"},
+	"fan_out.task":  {"handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "retry", "description"},
+}
+
+// Parse decodes and validates a definition. Every problem is reported, each
+// prefixed with file:line:column and, where it concerns a node, the node's id.
+func Parse(file string, data []byte, catalog Catalog) (*Definition, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var raw rawDef
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	p := &parser{file: file, root: &root, catalog: catalog,
+		def: &Definition{ID: raw.WorkflowID, Name: raw.Name, Version: raw.Version, Description: raw.Description,
+			Inputs: map[string]Input{}, Source: data, byID: map[string]*Node{}, preds: map[string][]*Node{}}}
+	p.header(&raw)
+	p.inputs(&raw)
+	p.nodes(&raw)
+	if len(p.errs) == 0 {
+		p.graph()
+	}
+	if len(p.errs) == 0 {
+		p.templates()
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return p.def, nil
+}
+
+type parser struct {
+	file    string
+	root    *yaml.Node
+	catalog Catalog
+	def     *Definition
+	errs    []error
+	// keyNodes holds each node's key position, valueNodes its mapping.
+	keyNodes   map[string]*yaml.Node
+	valueNodes map[string]*yaml.Node
+}
+
+func (p *parser) errAt(n *yaml.Node, format string, args ...any) {
+	line, col := 0, 0
+	if n != nil {
+		line, col = n.Line, n.Column
+	}
+	p.errs = append(p.errs, fmt.Errorf("%s:%d:%d: %s", p.file, line, col, fmt.Sprintf(format, args...)))
+}
+
+// nodeErr reports a problem of a node, at one of its keys when given.
+func (p *parser) nodeErr(id, key, format string, args ...any) {
+	at := p.keyNodes[id]
+	if v := p.valueNodes[id]; v != nil && key != "" {
+		if k := child(v, key); k != nil {
+			at = k
+		}
+	}
+	p.errAt(at, "node %s: %s", id, fmt.Sprintf(format, args...))
+}
+
+// child finds the key node of key in a mapping node (or its value when the value is a collection).
+func child(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i]
+		}
+	}
+	return nil
+}
+
+func (p *parser) top(key string) *yaml.Node {
+	doc := p.root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	if k := child(doc, key); k != nil {
+		return k
+	}
+	return doc
+}
+
+func (p *parser) header(raw *rawDef) {
+	if !workflowIDPattern.MatchString(raw.WorkflowID) {
+		p.errAt(p.top("workflow_id"), "workflow_id %q must match %s", raw.WorkflowID, workflowIDPattern)
+	}
+	if raw.Version < 1 {
+		p.errAt(p.top("version"), "version must be 1 or more")
+	}
+}
+
+func (p *parser) inputs(raw *rawDef) {
+	inputsNode := valueOf(p.root, "inputs")
+	names := make([]string, 0, len(raw.Inputs))
+	for n := range raw.Inputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		in := raw.Inputs[name]
+		at := child(inputsNode, name)
+		if !inputNamePattern.MatchString(name) {
+			p.errAt(at, "input %q: name must match %s", name, inputNamePattern)
+		}
+		if problem := in.Rule.check(); problem != "" {
+			p.errAt(at, "input %s: %s", name, problem)
+			continue
+		}
+		def := normalize(in.Default)
+		if def != nil {
+			if vs := in.Rule.validate("default", def); len(vs) > 0 {
+				p.errAt(at, "input %s: default %s", name, vs[0].Description)
+			}
+		}
+		p.def.Inputs[name] = Input{Rule: in.Rule, Default: def}
+	}
+}
+
+// valueOf returns the value node of a top-level key.
+func valueOf(root *yaml.Node, key string) *yaml.Node {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value == key {
+			return doc.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func (p *parser) nodes(raw *rawDef) {
+	m := &raw.Nodes
+	p.keyNodes, p.valueNodes = map[string]*yaml.Node{}, map[string]*yaml.Node{}
+	if m.Kind != yaml.MappingNode || len(m.Content) == 0 {
+		p.errAt(p.top("nodes"), "nodes must be a mapping of node ids to nodes")
+		return
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		key, val := m.Content[i], m.Content[i+1]
+		id := key.Value
+		if _, dup := p.keyNodes[id]; dup {
+			p.errAt(key, "node %s is defined twice", id)
+			continue
+		}
+		p.keyNodes[id], p.valueNodes[id] = key, val
+		if !nodeIDPattern.MatchString(id) {
+			p.errAt(key, "node id %q must match %s", id, nodeIDPattern)
+		}
+		var rn rawNode
+		if err := val.Decode(&rn); err != nil {
+			p.errAt(key, "node %s: %v", id, err)
+			continue
+		}
+		n := &Node{ID: id, Type: rn.Type, Description: rn.Description, line: key.Line, column: key.Column}
+		allowed, ok := allowedKeys[rn.Type]
+		if !ok {
+			p.nodeErr(id, "type", "unknown type %q (want start, end, task, conditional, fan_out or fan_in)", rn.Type)
+			continue
+		}
+		p.unknownKeys(id, val, allowed)
+		n.Next = p.next(id, &rn.Next)
+		switch rn.Type {
+		case TypeTask:
+			n.Task = p.task(id, &rn)
+		case TypeConditional:
+			p.conditional(id, n, &rn)
+		case TypeFanOut:
+			p.fanOut(id, val, n, &rn)
+		}
+		p.def.Nodes = append(p.def.Nodes, n)
+		p.def.byID[id] = n
+	}
+}
+
+func (p *parser) unknownKeys(id string, m *yaml.Node, allowed []string) {
+	if m.Kind != yaml.MappingNode {
+		p.errAt(m, "node %s: must be a mapping", id)
+		return
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; !contains(allowed, k.Value) {
+			p.errAt(k, "node %s: field %q is not allowed here (allowed: %s)", id, k.Value, strings.Join(allowed, ", "))
+		}
+	}
+}
+
+func (p *parser) next(id string, n *yaml.Node) []string {
+	switch n.Kind {
+	case 0:
+		return nil
+	case yaml.ScalarNode:
+		return []string{n.Value}
+	case yaml.SequenceNode:
+		var out []string
+		for _, c := range n.Content {
+			if c.Kind != yaml.ScalarNode {
+				p.errAt(c, "node %s: next must list node ids", id)
+				continue
+			}
+			out = append(out, c.Value)
+		}
+		return out
+	}
+	p.errAt(n, "node %s: next must be a node id or a list of node ids", id)
+	return nil
+}
+
+func (p *parser) task(id string, rn *rawNode) *Task {
+	t := &Task{Handler: rn.Handler, Service: rn.Service, OnFailure: rn.OnFailure, Params: map[string]*Template{}}
+	if t.Service == "" {
+		t.Service = rn.Queue
+	}
+	if !handlerPattern.MatchString(t.Handler) {
+		p.nodeErr(id, "handler", "handler %q must match %s", t.Handler, handlerPattern)
+	} else if p.catalog != nil {
+		owner, known := p.catalog.HandlerService(t.Handler)
+		switch {
+		case !known:
+			p.nodeErr(id, "handler", "unknown handler %q", t.Handler)
+		case t.Service == "":
+			t.Service = owner
+		case t.Service != owner:
+			p.nodeErr(id, "service", "handler %s is owned by service %s, not %s", t.Handler, owner, t.Service)
+		}
+	}
+	if t.Service != "" && !servicePattern.MatchString(t.Service) {
+		p.nodeErr(id, "service", "service %q must match %s", t.Service, servicePattern)
+	} else if t.Service == "" && p.catalog == nil {
+		p.nodeErr(id, "handler", "service is required")
+	}
+	keys := make([]string, 0, len(rn.Params))
+	for k := range rn.Params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		tpl, err := ParseTemplate(normalize(rn.Params[k]))
+		if err != nil {
+			p.nodeErr(id, "params", "param %s: %v", k, err)
+			continue
+		}
+		t.Params[k] = tpl
+	}
+	t.Timeout = seconds(rn.TimeoutSeconds, DefaultTimeout)
+	t.AckTimeout = seconds(rn.AckTimeoutSeconds, DefaultAckTimeout)
+	if rn.TimeoutSeconds < 0 || rn.TimeoutSeconds > 7*24*3600 {
+		p.nodeErr(id, "timeout_seconds", "timeout_seconds must be between 1 and 604800")
+	}
+	if rn.AckTimeoutSeconds < 0 || rn.AckTimeoutSeconds > 3600 {
+		p.nodeErr(id, "ack_timeout_seconds", "ack_timeout_seconds must be between 1 and 3600")
+	}
+	t.Retry = Retry{MaxAttempts: DefaultMaxAttempts, Exponential: true, InitialDelay: DefaultInitialDelay, MaxDelay: DefaultMaxDelay}
+	if r := rn.Retry; r != nil {
+		if r.MaxAttempts != 0 {
+			t.Retry.MaxAttempts = r.MaxAttempts
+		}
+		switch r.Backoff {
+		case "", "exponential":
+		case "fixed":
+			t.Retry.Exponential = false
+		default:
+			p.nodeErr(id, "retry", "retry.backoff %q must be fixed or exponential", r.Backoff)
+		}
+		t.Retry.InitialDelay = seconds(r.InitialDelaySeconds, DefaultInitialDelay)
+		t.Retry.MaxDelay = seconds(r.MaxDelaySeconds, max(DefaultMaxDelay, t.Retry.InitialDelay))
+		if t.Retry.MaxAttempts < 1 || t.Retry.MaxAttempts > 20 {
+			p.nodeErr(id, "retry", "retry.max_attempts must be between 1 and 20")
+		}
+		if r.InitialDelaySeconds < 0 || r.MaxDelaySeconds < 0 || t.Retry.MaxDelay < t.Retry.InitialDelay {
+			p.nodeErr(id, "retry", "retry delays must be positive and max_delay_seconds at least initial_delay_seconds")
+		}
+	}
+	return t
+}
+
+func (p *parser) conditional(id string, n *Node, rn *rawNode) {
+	if rn.ConditionField == "" {
+		p.nodeErr(id, "type", "a conditional needs condition_field")
+	} else if tpl, err := ParseTemplate(rn.ConditionField); err != nil {
+		p.nodeErr(id, "condition_field", "%v", err)
+	} else {
+		n.ConditionField = tpl
+	}
+	if len(rn.Branches) == 0 {
+		p.nodeErr(id, "type", "a conditional needs branches")
+	}
+	defaults := 0
+	for i, b := range rn.Branches {
+		if b.Next == "" {
+			p.nodeErr(id, "branches", "branch %d has no next", i)
+		}
+		switch {
+		case b.Default && b.Condition != nil:
+			p.nodeErr(id, "branches", "branch %d has both a condition and default", i)
+		case b.Default:
+			defaults++
+			if i != len(rn.Branches)-1 {
+				p.nodeErr(id, "branches", "the default branch must come last")
+			}
+			n.Branches = append(n.Branches, Branch{Default: true, Next: b.Next})
+		case b.Condition != nil:
+			c, err := ParseCondition(*b.Condition)
+			if err != nil {
+				p.nodeErr(id, "branches", "branch %d: %v", i, err)
+				continue
+			}
+			n.Branches = append(n.Branches, Branch{Condition: c, Next: b.Next})
+		default:
+			p.nodeErr(id, "branches", "branch %d needs a condition or default: true", i)
+		}
+	}
+	if defaults > 1 {
+		p.nodeErr(id, "branches", "only one branch may be the default")
+	}
+}
+
+func (p *parser) fanOut(id string, val *yaml.Node, n *Node, rn *rawNode) {
+	if rn.Over == "" {
+		p.nodeErr(id, "type", "a fan_out needs over (the array to fan out over)")
+	} else if tpl, err := ParseTemplate(rn.Over); err != nil {
+		p.nodeErr(id, "over", "%v", err)
+	} else if tpl.whole == nil {
+		p.nodeErr(id, "over", "over must be a single reference such as {{ inputs.items }}")
+	} else {
+		n.Over = tpl
+	}
+	if rn.MaxParallel < 0 {
+		p.nodeErr(id, "max_parallel", "max_parallel must not be negative")
+	}
+	n.MaxParallel = rn.MaxParallel
+	if rn.Task == nil {
+		p.nodeErr(id, "type", "a fan_out needs task (what each child runs)")
+		return
+	}
+	taskNode := valueOfChild(val, "task")
+	p.unknownKeys(id+".task", taskNode, allowedKeys["fan_out.task"])
+	n.Task = p.task(id, rn.Task)
+}
+
+func valueOfChild(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; m != nil && i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return &yaml.Node{}
+}
+
+// graph checks the shape: one start, some end, edges that resolve, no
+// cycles, every node reachable from start; and computes the topological order.
+func (p *parser) graph() {
+	d := p.def
+	var starts, ends []*Node
+	for _, n := range d.Nodes {
+		switch n.Type {
+		case TypeStart:
+			starts = append(starts, n)
+		case TypeEnd:
+			ends = append(ends, n)
+			if len(n.Next) > 0 {
+				p.nodeErr(n.ID, "next", "an end node has no next")
+			}
+		case TypeConditional:
+		default:
+			if len(n.Next) == 0 {
+				p.nodeErr(n.ID, "type", "a %s node needs next", n.Type)
+			}
+		}
+		if n.Task != nil && n.Task.OnFailure != "" {
+			if _, ok := d.byID[n.Task.OnFailure]; !ok {
+				p.nodeErr(n.ID, "on_failure", "on_failure names unknown node %q", n.Task.OnFailure)
+			}
+		}
+		for _, to := range n.edges() {
+			target, ok := d.byID[to]
+			switch {
+			case !ok:
+				p.nodeErr(n.ID, "next", "leads to unknown node %q", to)
+			case target.Type == TypeStart:
+				p.nodeErr(n.ID, "next", "leads to the start node %s", to)
+			default:
+				d.preds[to] = append(d.preds[to], n)
+			}
+		}
+	}
+	if len(starts) != 1 {
+		p.errAt(p.top("nodes"), "a workflow needs exactly one start node, found %d", len(starts))
+	}
+	if len(ends) == 0 {
+		p.errAt(p.top("nodes"), "a workflow needs at least one end node")
+	}
+	if len(p.errs) > 0 {
+		return
+	}
+	// Kahn's algorithm: what is left over sits on a cycle.
+	indeg := map[string]int{}
+	for _, n := range d.Nodes {
+		indeg[n.ID] = len(d.preds[n.ID])
+	}
+	queue := []*Node{}
+	for _, n := range d.Nodes {
+		if indeg[n.ID] == 0 {
+			queue = append(queue, n)
+		}
+	}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		d.order = append(d.order, n)
+		for _, to := range n.edges() {
+			if indeg[to]--; indeg[to] == 0 {
+				queue = append(queue, d.byID[to])
+			}
+		}
+	}
+	if len(d.order) != len(d.Nodes) {
+		for _, n := range d.Nodes {
+			if indeg[n.ID] > 0 {
+				p.nodeErr(n.ID, "", "is part of a cycle")
+			}
+		}
+		return
+	}
+	reached := map[string]bool{}
+	var walk func(id string)
+	walk = func(id string) {
+		if reached[id] {
+			return
+		}
+		reached[id] = true
+		for _, to := range d.byID[id].edges() {
+			walk(to)
+		}
+	}
+	walk(starts[0].ID)
+	for _, n := range d.Nodes {
+		if !reached[n.ID] {
+			p.nodeErr(n.ID, "", "is not reachable from the start node %s", starts[0].ID)
+		}
+	}
+}
+
+// templates checks every reference: inputs must be declared, nodes must be
+// upstream, item and index only inside a fan_out's task.
+func (p *parser) templates() {
+	d := p.def
+	ancestors := p.ancestors()
+	check := func(n *Node, where string, t *Template, childScope bool) {
+		for _, r := range t.Refs() {
+			switch r.Root {
+			case "inputs":
+				if _, ok := d.Inputs[r.Name]; !ok {
+					p.nodeErr(n.ID, where, "%s refers to undeclared input %q", r, r.Name)
+				}
+			case "nodes":
+				if _, ok := d.byID[r.Name]; !ok {
+					p.nodeErr(n.ID, where, "%s refers to unknown node %q", r, r.Name)
+				} else if !ancestors[n.ID][r.Name] {
+					p.nodeErr(n.ID, where, "%s refers to node %s, which is not upstream of %s", r, r.Name, n.ID)
+				}
+			case "item", "index":
+				if !childScope {
+					p.nodeErr(n.ID, where, "%s is only available in a fan_out's task", r)
+				}
+			}
+		}
+	}
+	for _, n := range d.Nodes {
+		if n.ConditionField != nil {
+			check(n, "condition_field", n.ConditionField, false)
+		}
+		if n.Over != nil {
+			check(n, "over", n.Over, false)
+		}
+		if n.Task != nil {
+			for _, t := range n.Task.Params {
+				check(n, "params", t, n.Type == TypeFanOut)
+			}
+		}
+	}
+}
+
+// ancestors maps each node to the set of nodes upstream of it.
+func (p *parser) ancestors() map[string]map[string]bool {
+	d := p.def
+	out := map[string]map[string]bool{}
+	for _, n := range d.order {
+		set := map[string]bool{}
+		for _, pred := range d.preds[n.ID] {
+			set[pred.ID] = true
+			for a := range out[pred.ID] {
+				set[a] = true
+			}
+		}
+		out[n.ID] = set
+	}
+	return out
+}
+
+func seconds(n int, def time.Duration) time.Duration {
+	if n <= 0 {
+		return def
+	}
+	return time.Duration(n) * time.Second
+}
+
+// normalize turns YAML-decoded values into their JSON shapes (float64
+// numbers, map[string]any), as payloads and outputs have.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, sub := range x {
+			out[k] = normalize(sub)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, sub := range x {
+			out[i] = normalize(sub)
+		}
+		return out
+	}
+	return normalizeScalar(v)
+}
