@@ -25,6 +25,10 @@
 // into the RESULT's failure_class; an unclassified error is RETRYABLE (see
 // Classify).
 //
+// A service that owns several handlers of a DAG workflow (the directive's
+// step_type names the handler) serves them with one Handlers, an Executor
+// that dispatches on step_type and fails an unknown handler permanently.
+//
 // A fork keeps this package as it is, replaces the Executor and its
 // step-specific validation, and runs the contract test in runner_test.go
 // against its own executor.

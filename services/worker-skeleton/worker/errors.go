@@ -18,6 +18,9 @@ const (
 	CodeInputNotFound = "INPUT_NOT_FOUND"
 	// CodeUnsupportedRef: a reference uses a scheme this worker cannot read or write.
 	CodeUnsupportedRef = "UNSUPPORTED_REF"
+	// CodeUnknownHandler: the directive's step_type names a handler the
+	// service's Handlers do not serve.
+	CodeUnknownHandler = "UNKNOWN_HANDLER"
 	// CodeInvalidResult: the executor produced a RESULT the contract rejects.
 	CodeInvalidResult = "INVALID_RESULT"
 	// CodeTimeout: the task ran longer than Config.TaskTimeout.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -91,6 +92,26 @@ func (t *Task) ReadRef(ctx context.Context, ref string) ([]byte, error) {
 	return readLocal(ref, t.maxInput)
 }
 
+// OpenInput opens the step's input (input_ref) for streaming: Stat for its
+// size, Read or ReadAt for its content, without the size limit of ReadInput.
+// Use it for inputs that may be large. The caller closes the file. Errors are
+// classified like ReadInput's.
+func (t *Task) OpenInput(ctx context.Context) (*os.File, error) {
+	return t.OpenRef(ctx, t.Directive.GetInputRef())
+}
+
+// OpenRef opens any reference the worker can read locally (a file:// URL or
+// an absolute path), e.g. Directive.JobInputRef or a payload field naming a
+// file, for streaming. A missing file, a directory, a file without read
+// permission or an unsupported reference is a permanent error; other I/O
+// errors are retryable. The caller closes the file.
+func (t *Task) OpenRef(ctx context.Context, ref string) (*os.File, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return openLocal(ref)
+}
+
 // WriteArtifact writes data as the file StepDir()/file (file must be a local,
 // relative path such as "output.txt" or "pages/1.txt") and returns its
 // ArtifactRef: name (1-128 bytes, e.g. "text"), a file:// URI, media type
@@ -102,7 +123,8 @@ func (t *Task) WriteArtifact(ctx context.Context, name, file, mediaType string, 
 	return t.WriteArtifactFrom(ctx, name, file, mediaType, bytes.NewReader(data))
 }
 
-// WriteArtifactFrom is WriteArtifact reading the content from r.
+// WriteArtifactFrom is WriteArtifact streaming the content from r (copied,
+// never held in memory whole); the copy stops with ctx's error once ctx ends.
 func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType string, r io.Reader) (*luciusv1.ArtifactRef, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -117,7 +139,7 @@ func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType stri
 		mediaType = "application/octet-stream"
 	}
 	path := filepath.Join(t.stepDir, file)
-	n, sum, err := writeFileAtomic(path, r)
+	n, sum, err := writeFileAtomic(path, contextReader{ctx: ctx, r: r})
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s: %w", name, err)
 	}
@@ -157,6 +179,20 @@ func (t *Task) PayloadInt(field string, def, lo, hi int) (int, error) {
 		return 0, PermanentCode(CodeInvalidInput, fmt.Errorf("payload.%s: want an integer in [%d, %d], have %v", field, lo, hi, v.AsInterface()))
 	}
 	return int(f), nil
+}
+
+// PayloadString reads a string payload field, def when absent or null. A
+// value that is not a string is a permanent error.
+func (t *Task) PayloadString(field, def string) (string, error) {
+	v, ok := t.Directive.GetPayload().GetFields()[field]
+	if !ok || v.GetKind() == nil || v.AsInterface() == nil {
+		return def, nil
+	}
+	s, isString := v.AsInterface().(string)
+	if !isString {
+		return "", PermanentCode(CodeInvalidInput, fmt.Errorf("payload.%s: want a string, have %v", field, v.AsInterface()))
+	}
+	return s, nil
 }
 
 // PayloadStrings reads a list-of-strings payload field; nil when absent. A

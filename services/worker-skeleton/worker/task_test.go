@@ -158,3 +158,106 @@ func TestNewTaskRejectsInvalidDirective(t *testing.T) {
 		t.Errorf("NewTask = %v, want ErrInvalidDirective", err)
 	}
 }
+
+func TestTaskOpenRefStreamsWithoutTheInputLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	task, dir := newTask(t, nil) // MaxInputBytes 16
+	big := filepath.Join(dir, "big.txt")
+	content := strings.Repeat("0123456789", 10)
+	os.WriteFile(big, []byte(content), 0o644)
+	f, err := task.OpenRef(ctx, "file://"+big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || st.Size() != int64(len(content)) {
+		t.Errorf("Stat = %v, %v; want %d bytes", st, err, len(content))
+	}
+	buf := make([]byte, 5)
+	if _, err := f.ReadAt(buf, 42); err != nil || string(buf) != content[42:47] {
+		t.Errorf("ReadAt = %q, %v", buf, err)
+	}
+	for _, tc := range []struct {
+		ref, code string
+	}{
+		{"file://" + filepath.Join(dir, "missing.txt"), worker.CodeInputNotFound},
+		{"file://" + dir, worker.CodeInvalidInput},
+		{"s3://bucket/in.tif", worker.CodeUnsupportedRef},
+	} {
+		f, err := task.OpenRef(ctx, tc.ref)
+		var we *worker.Error
+		if !errors.As(err, &we) || we.Code != tc.code || !worker.IsPermanent(err) || f != nil {
+			t.Errorf("OpenRef(%s) = %v, %v; want permanent %s", tc.ref, f, err, tc.code)
+		}
+	}
+	// OpenInput opens input_ref, which names a file outside this test's directory.
+	if _, err := task.OpenInput(ctx); !worker.IsPermanent(err) {
+		t.Errorf("OpenInput of a missing input_ref = %v, want a permanent error", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := task.OpenRef(cancelled, big); !errors.Is(err, context.Canceled) {
+		t.Errorf("OpenRef with a cancelled context = %v", err)
+	}
+}
+
+func TestTaskWriteArtifactFromStopsWhenContextEnds(t *testing.T) {
+	t.Parallel()
+	task, dir := newTask(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := task.WriteArtifactFrom(ctx, "big", "big.bin", "", strings.NewReader("data")); !errors.Is(err, context.Canceled) {
+		t.Errorf("WriteArtifactFrom with a cancelled context = %v", err)
+	}
+	// A reader that cancels mid-copy: the copy stops at the next read.
+	ctx, cancel = context.WithCancel(context.Background())
+	r := &cancellingReader{cancel: cancel}
+	if _, err := task.WriteArtifactFrom(ctx, "big", "big.bin", "", r); !errors.Is(err, context.Canceled) {
+		t.Errorf("WriteArtifactFrom cancelled mid-copy = %v", err)
+	}
+	if r.reads != 1 {
+		t.Errorf("reader was read %d times after cancellation, want 1 read in total", r.reads)
+	}
+	if len(task.Artifacts()) != 0 {
+		t.Errorf("Artifacts = %v, want none", task.Artifacts())
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "lucius", "acme", validJobID, "embedding", "2"))
+	if len(entries) != 0 {
+		t.Errorf("step directory holds %d entries after interrupted writes, want 0", len(entries))
+	}
+}
+
+// cancellingReader returns endless data and cancels its context on the first read.
+type cancellingReader struct {
+	cancel func()
+	reads  int
+}
+
+func (c *cancellingReader) Read(p []byte) (int, error) {
+	c.reads++
+	c.cancel()
+	return len(p), nil
+}
+
+func TestTaskPayloadString(t *testing.T) {
+	t.Parallel()
+	task, _ := newTask(t, map[string]any{"name": "x", "empty": "", "number": 3.0, "list": []any{"a"}, "nothing": nil})
+	for _, tc := range []struct {
+		field   string
+		want    string
+		wantErr bool
+	}{
+		{"name", "x", false},
+		{"empty", "", false},
+		{"absent", "def", false},
+		{"nothing", "def", false},
+		{"number", "", true},
+		{"list", "", true},
+	} {
+		got, err := task.PayloadString(tc.field, "def")
+		if (err != nil) != tc.wantErr || got != tc.want || (err != nil && !worker.IsPermanent(err)) {
+			t.Errorf("PayloadString(%s) = %q, %v", tc.field, got, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -176,9 +177,10 @@ func writeFinalOutput(outputRef string, first *luciusv1.ArtifactRef) (*luciusv1.
 	return &luciusv1.ArtifactRef{Name: "output", Uri: uri, MediaType: first.GetMediaType(), SizeBytes: n, Sha256: sum}, nil
 }
 
-// readLocal reads at most limit bytes of a referenced file, classifying what
-// another attempt could not fix as permanent.
-func readLocal(ref string, limit int64) ([]byte, error) {
+// openLocal opens a referenced file for reading, classifying what another
+// attempt could not fix (no such file, no permission, a directory, a bad
+// reference) as permanent.
+func openLocal(ref string) (*os.File, error) {
 	p, err := localPath(ref)
 	if err != nil {
 		return nil, err
@@ -192,10 +194,26 @@ func readLocal(ref string, limit int64) ([]byte, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", ref, err)
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", ref, err)
+	}
+	if st.IsDir() {
+		f.Close()
 		return nil, PermanentCode(CodeInvalidInput, fmt.Errorf("read %s: is a directory", ref))
 	}
+	return f, nil
+}
+
+// readLocal reads at most limit bytes of a referenced file, classifying what
+// another attempt could not fix as permanent.
+func readLocal(ref string, limit int64) ([]byte, error) {
+	f, err := openLocal(ref)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", ref, err)
@@ -204,4 +222,18 @@ func readLocal(ref string, limit int64) ([]byte, error) {
 		return nil, PermanentCode(CodeInvalidInput, fmt.Errorf("read %s: larger than the %d-byte input limit", ref, limit))
 	}
 	return data, nil
+}
+
+// contextReader fails a read once ctx has ended, so a long copy honours
+// cancellation between reads.
+type contextReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c contextReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

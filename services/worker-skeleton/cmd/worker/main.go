@@ -1,7 +1,10 @@
-// Command worker runs one of the example platform services (OCR, EMBEDDING or
-// SIS) on the worker skeleton: it receives the service's directives from the
-// PostgreSQL bus, ACKs, executes, writes workspace artifacts and sends RESULT.
-// Configuration comes from the environment; see README.md.
+// Command worker runs example platform services (OCR, EMBEDDING, SIS, RASTER,
+// TILES) on the worker skeleton: it receives each service's directives from
+// the PostgreSQL bus, ACKs, executes, writes workspace artifacts and sends
+// RESULT. LUCIUS_WORKER_SERVICE names one service or a comma-separated list;
+// every service gets its own Runner, and they share the process's database
+// pool, bus, idempotency store and HTTP endpoints. Configuration comes from
+// the environment; see README.md.
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,16 +30,21 @@ import (
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/tiles"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
 )
 
-// executors are the example services this binary can run. A fork replaces
-// this map with its own executor.
+// executors are the example services this binary can run, by service name.
+// raster and tiles serve several workflow handlers each (worker.Handlers). A
+// fork replaces this map with its own executors.
 var executors = map[string]worker.Executor{
 	"ocr":       ocr.Executor{},
 	"embedding": embedding.Executor{},
 	"sis":       sis.Executor{},
+	"raster":    raster.NewExecutor(),
+	"tiles":     tiles.NewExecutor(),
 }
 
 func main() {
@@ -47,27 +56,31 @@ func main() {
 
 // settings is everything main reads from the environment.
 type settings struct {
+	// services are the platform services to run, one Runner each, in the
+	// order LUCIUS_WORKER_SERVICE lists them.
+	services     []string
 	databaseURL  string
 	httpAddr     string
 	maxConns     int
 	pollInterval time.Duration
 	retention    time.Duration
 	telemetry    telemetry.Config
-	runner       worker.Config
+	// runner is every Runner's configuration but its Service.
+	runner worker.Config
 }
 
 func readSettings(e *env.Reader) (settings, error) {
-	service := e.Required("LUCIUS_WORKER_SERVICE")
+	services := splitServices(e.Required("LUCIUS_WORKER_SERVICE"))
 	instance := e.String("LUCIUS_INSTANCE", "")
 	s := settings{
+		services:     services,
 		databaseURL:  e.Required("DATABASE_URL"),
 		httpAddr:     e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
 		maxConns:     e.Int("LUCIUS_DB_MAX_CONNS", 10),
 		pollInterval: e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
 		retention:    e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
-		telemetry:    process.TelemetryConfig(e, "worker-"+service),
+		telemetry:    process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
 		runner: worker.Config{
-			Service:        service,
 			WorkerID:       instance,
 			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
 			NoOp:           e.Bool("LUCIUS_WORKER_NOOP", false),
@@ -85,9 +98,19 @@ func readSettings(e *env.Reader) (settings, error) {
 		return settings{}, err
 	}
 	var errs []error
-	if _, ok := executors[service]; !ok && !s.runner.NoOp {
-		errs = append(errs, fmt.Errorf("LUCIUS_WORKER_SERVICE=%q: want one of %s (any service name with LUCIUS_WORKER_NOOP=true)",
-			service, strings.Join(serviceNames(), ", ")))
+	if len(services) == 0 {
+		errs = append(errs, errors.New("LUCIUS_WORKER_SERVICE names no service"))
+	}
+	seen := map[string]bool{}
+	for _, service := range services {
+		if seen[service] {
+			errs = append(errs, fmt.Errorf("LUCIUS_WORKER_SERVICE: %q is listed twice", service))
+		}
+		seen[service] = true
+		if _, ok := executors[service]; !ok && !s.runner.NoOp {
+			errs = append(errs, fmt.Errorf("LUCIUS_WORKER_SERVICE names %q: want one of %s, or a comma-separated list of them (any service name with LUCIUS_WORKER_NOOP=true)",
+				service, strings.Join(serviceNames(), ", ")))
+		}
 	}
 	if s.maxConns < 2 {
 		errs = append(errs, fmt.Errorf("LUCIUS_DB_MAX_CONNS=%d: want at least 2", s.maxConns))
@@ -95,10 +118,29 @@ func readSettings(e *env.Reader) (settings, error) {
 	if s.retention < time.Hour {
 		errs = append(errs, fmt.Errorf("LUCIUS_WORKER_RETENTION=%v: want at least 1h", s.retention))
 	}
-	if err := s.runner.Validate(); err != nil {
-		errs = append(errs, err)
+	for i, service := range services {
+		cfg := s.runner
+		if i > 0 {
+			cfg = worker.Config{} // report the shared settings once
+		}
+		cfg.Service = service
+		if err := cfg.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// splitServices splits LUCIUS_WORKER_SERVICE's comma-separated list,
+// trimming spaces and dropping empty items.
+func splitServices(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func serviceNames() []string {
@@ -136,10 +178,17 @@ func run() error {
 	defer b.Close(context.Background()) //nolint:errcheck
 	store := worker.NewPGStore(pool)
 
-	s.runner.Logger = log
-	runner, err := worker.NewRunner(b, store, executors[s.runner.Service], s.runner)
-	if err != nil {
-		return err
+	runners := make([]*worker.Runner, len(s.services))
+	for i, service := range s.services {
+		cfg := s.runner
+		cfg.Service = service
+		cfg.Logger = log
+		if len(s.services) > 1 {
+			cfg.Logger = log.With("runner", service) // tell the runners' records apart
+		}
+		if runners[i], err = worker.NewRunner(b, store, executors[service], cfg); err != nil {
+			return err
+		}
 	}
 
 	ln, err := server.Listen(s.httpAddr)
@@ -150,7 +199,12 @@ func run() error {
 		if err := pool.Ping(ctx); err != nil {
 			return fmt.Errorf("database: %w", err)
 		}
-		return runner.Ready(ctx)
+		for i, r := range runners {
+			if err := r.Ready(ctx); err != nil {
+				return fmt.Errorf("service %s: %w", s.services[i], err)
+			}
+		}
+		return nil
 	}
 	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, tel.Ops, ready)), Listener: ln}
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -162,18 +216,37 @@ func run() error {
 	}()
 	go pruneLoop(runCtx, store, s.retention, log)
 
-	log.InfoContext(ctx, "worker starting", "platform_service", s.runner.Service, "http", ln.Addr().String(), "worker_id", runner.WorkerID())
-	runErr := runner.Run(runCtx)
+	log.InfoContext(ctx, "worker starting", "platform_service", strings.Join(s.services, ","), "http", ln.Addr().String(),
+		"worker_id", runners[0].WorkerID())
+	runErr := runAll(runCtx, cancel, s.services, runners)
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	if err := httpRunner.Shutdown(shutdownCtx); err != nil {
 		log.WarnContext(shutdownCtx, "shut down http", telemetry.Err(err))
 	}
-	if ctx.Err() == nil {
-		// Not a signal: the HTTP server failed and stopped the runner.
-		return errors.Join(runErr, context.Cause(runCtx))
+	if ctx.Err() == nil && runErr == nil {
+		// Not a signal: the HTTP server failed and stopped the runners.
+		return context.Cause(runCtx)
 	}
-	return runErr
+	return runErr // nil after a signal, or the runner that could not start
+}
+
+// runAll runs every runner until ctx ends. A runner that cannot start stops
+// the others (through cancel): the process serves all its services or none.
+// Each runner lets its in-flight directives finish within its shutdown grace.
+func runAll(ctx context.Context, cancel context.CancelCauseFunc, services []string, runners []*worker.Runner) error {
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for i, r := range runners {
+		wg.Go(func() {
+			if err := r.Run(ctx); err != nil {
+				errs[i] = fmt.Errorf("service %s: %w", services[i], err)
+				cancel(errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // pruneLoop deletes idempotency records older than retention, hourly. Keep

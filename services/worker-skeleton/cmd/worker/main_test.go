@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
@@ -49,23 +50,35 @@ func TestReadSettings(t *testing.T) {
 		return m
 	}
 	for _, tc := range []struct {
-		name    string
-		env     map[string]string
-		wantErr string
+		name     string
+		env      map[string]string
+		wantErr  string
+		services string // on success, the services to run, comma-joined; default the variable itself
 	}{
-		{"minimal", base, ""},
+		{"minimal", base, "", ""},
 		{"every setting", with("LUCIUS_TOPOLOGY", "one-topic-set", "LUCIUS_WORKER_CONCURRENCY", "16", "LUCIUS_WORKER_NOOP", "true",
 			"LUCIUS_INSTANCE", "worker-ocr-1", "LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:0", "LUCIUS_LOG_LEVEL", "debug",
-			"LUCIUS_WORKER_DELAY", "1200ms"), ""},
-		{"negative delay", with("LUCIUS_WORKER_DELAY", "-1s"), "execution delay -1s is negative"},
-		{"noop runs any service", with("LUCIUS_WORKER_SERVICE", "geo", "LUCIUS_WORKER_NOOP", "1"), ""},
-		{"unknown service", with("LUCIUS_WORKER_SERVICE", "geo"), "want one of embedding, ocr, sis"},
-		{"missing database", map[string]string{"LUCIUS_WORKER_SERVICE": "ocr"}, "DATABASE_URL is required"},
-		{"missing service", map[string]string{"DATABASE_URL": "x"}, "LUCIUS_WORKER_SERVICE is required"},
-		{"bad concurrency", with("LUCIUS_WORKER_CONCURRENCY", "many"), "want an integer"},
-		{"negative concurrency", with("LUCIUS_WORKER_CONCURRENCY", "-2"), "concurrency -2 is negative"},
-		{"bad topology", with("LUCIUS_TOPOLOGY", "mesh"), "unknown topology"},
-		{"bad noop", with("LUCIUS_WORKER_NOOP", "maybe"), "want true or false"},
+			"LUCIUS_WORKER_DELAY", "1200ms"), "", ""},
+		{"negative delay", with("LUCIUS_WORKER_DELAY", "-1s"), "execution delay -1s is negative", ""},
+		{"noop runs any service", with("LUCIUS_WORKER_SERVICE", "geo", "LUCIUS_WORKER_NOOP", "1"), "", ""},
+		{"unknown service", with("LUCIUS_WORKER_SERVICE", "geo"), `names "geo": want one of embedding, ocr, raster, sis, tiles`, ""},
+		{"raster", with("LUCIUS_WORKER_SERVICE", "raster"), "", ""},
+		{"tiles", with("LUCIUS_WORKER_SERVICE", "tiles"), "", ""},
+		{"several services", with("LUCIUS_WORKER_SERVICE", "raster,tiles"), "", "raster,tiles"},
+		{"a list with spaces and empty items", with("LUCIUS_WORKER_SERVICE", " raster , ,tiles,ocr, "), "", "raster,tiles,ocr"},
+		{"a service listed twice", with("LUCIUS_WORKER_SERVICE", "raster,tiles,raster"), `"raster" is listed twice`, ""},
+		{"an unknown service in a list", with("LUCIUS_WORKER_SERVICE", "raster,geo"), `names "geo": want one of`, ""},
+		{"only commas", with("LUCIUS_WORKER_SERVICE", ", ,"), "LUCIUS_WORKER_SERVICE names no service", ""},
+		{"noop runs any list", with("LUCIUS_WORKER_SERVICE", "geo,hydro", "LUCIUS_WORKER_NOOP", "true"), "", "geo,hydro"},
+		{"a bad name in a noop list", with("LUCIUS_WORKER_SERVICE", "geo,Hydro!", "LUCIUS_WORKER_NOOP", "true"), `service "Hydro!": want lowercase letters`, ""},
+		{"missing database", map[string]string{"LUCIUS_WORKER_SERVICE": "ocr"}, "DATABASE_URL is required", ""},
+		{"missing service", map[string]string{"DATABASE_URL": "x"}, "LUCIUS_WORKER_SERVICE is required", ""},
+		{"bad concurrency", with("LUCIUS_WORKER_CONCURRENCY", "many"), "want an integer", ""},
+		{"negative concurrency", with("LUCIUS_WORKER_CONCURRENCY", "-2"), "concurrency -2 is negative", ""},
+		{"negative concurrency, several services", with("LUCIUS_WORKER_SERVICE", "raster,tiles", "LUCIUS_WORKER_CONCURRENCY", "-2"),
+			"concurrency -2 is negative", ""},
+		{"bad topology", with("LUCIUS_TOPOLOGY", "mesh"), "unknown topology", ""},
+		{"bad noop", with("LUCIUS_WORKER_NOOP", "maybe"), "want true or false", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -74,19 +87,31 @@ func TestReadSettings(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.runner.Service != tc.env["LUCIUS_WORKER_SERVICE"] || s.httpAddr == "" {
-					t.Errorf("settings = %+v", s)
+				want := tc.services
+				if want == "" {
+					want = tc.env["LUCIUS_WORKER_SERVICE"]
+				}
+				if strings.Join(s.services, ",") != want || s.runner.Service != "" || s.httpAddr == "" {
+					t.Errorf("settings = %+v, want services %s", s, want)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
+			if n := strings.Count(err.Error(), tc.wantErr); n != 1 {
+				t.Errorf("err reports %q %d times:\n%v", tc.wantErr, n, err)
+			}
 		})
 	}
 	s, _ := readSettings(env.FromMap(base))
-	if s.httpAddr != "127.0.0.1:8090" || s.runner.Concurrency != 4 || s.runner.NoOp || s.runner.Topology != routing.TopologyTwoTopicSets {
+	if s.httpAddr != "127.0.0.1:8090" || s.runner.Concurrency != 4 || s.runner.NoOp || s.runner.Topology != routing.TopologyTwoTopicSets ||
+		len(s.services) != 1 || s.services[0] != "ocr" || s.telemetry.Service != "worker-ocr" {
 		t.Errorf("defaults = %+v", s)
+	}
+	s, _ = readSettings(env.FromMap(with("LUCIUS_WORKER_SERVICE", "raster,tiles")))
+	if s.telemetry.Service != "worker-raster-tiles" {
+		t.Errorf("telemetry service = %q, want worker-raster-tiles", s.telemetry.Service)
 	}
 }
 
@@ -142,53 +167,63 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM starts the real binary on a
-// fresh database and drives one OCR directive through it.
-func TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and starts the binary")
-	}
-	t.Parallel()
+// workerProcess is the real binary running against a fresh database, with a
+// minimal orchestrator answering its callbacks.
+type workerProcess struct {
+	dir      string // temporary directory for inputs and workspaces
+	dbURL    string
+	httpAddr string
+	target   string // the orchestrator's gRPC target
+	orch     *resultRecorder
+	output   *syncBuffer
+	cmd      *exec.Cmd
+	exited   chan error
+	bus      *pgbus.Bus
+	pool     *pgxpool.Pool
+}
+
+// startWorker builds and starts the binary with LUCIUS_WORKER_SERVICE=services
+// and waits until it is ready.
+func startWorker(t *testing.T, services, instance string) *workerProcess {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "worker")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	dbURL := pgtest.NewDB(t)
+	w := &workerProcess{dir: dir, dbURL: pgtest.NewDB(t), httpAddr: freeAddr(t), orch: &resultRecorder{}, output: &syncBuffer{}}
 
-	orch := &resultRecorder{}
 	grpcSrv, _, err := server.NewGRPC(slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	luciusv1.RegisterCallbackServiceServer(grpcSrv, orch)
+	luciusv1.RegisterCallbackServiceServer(grpcSrv, w.orch)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go grpcSrv.Serve(ln) //nolint:errcheck
 	t.Cleanup(grpcSrv.Stop)
+	w.target = "ipv4:" + ln.Addr().String()
 
-	httpAddr := freeAddr(t)
-	var output syncBuffer
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LUCIUS_WORKER_SERVICE=ocr", "LUCIUS_WORKER_HTTP_ADDR="+httpAddr,
-		"LUCIUS_INSTANCE=worker-ocr-e2e", "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms")
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Start(); err != nil {
+	w.cmd = exec.Command(bin)
+	w.cmd.Env = append(os.Environ(), "DATABASE_URL="+w.dbURL, "LUCIUS_WORKER_SERVICE="+services, "LUCIUS_WORKER_HTTP_ADDR="+w.httpAddr,
+		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms")
+	w.cmd.Stdout, w.cmd.Stderr = w.output, w.output
+	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	w.exited = make(chan error, 1)
+	go func() { w.exited <- w.cmd.Wait() }()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill() //nolint:errcheck
-			<-exited
+		if w.cmd.ProcessState == nil {
+			w.cmd.Process.Kill() //nolint:errcheck
+			<-w.exited
 		}
 	})
-	waitFor(t, &output, "readiness", func() bool {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
+	waitFor(t, w.output, "readiness", func() bool {
+		resp, err := http.Get("http://" + w.httpAddr + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -196,72 +231,203 @@ func TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 
-	// Publish a directive as the orchestrator's outbox would.
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
+	if w.pool, err = pgxpool.New(ctx, w.dbURL); err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
+	t.Cleanup(w.pool.Close)
+	if w.bus, err = pgbus.New(ctx, w.pool, pgbus.Config{Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(ctx) //nolint:errcheck
-	input := filepath.Join(dir, "scan.txt")
-	os.WriteFile(input, []byte("scanned page one\nscanned page two\n"), 0o644)
+	t.Cleanup(func() { w.bus.Close(context.Background()) }) //nolint:errcheck
+	return w
+}
+
+// newJobID returns a random job id.
+func newJobID() string {
 	id := make([]byte, 32)
 	rand.Read(id)
-	jobID := hex.EncodeToString(id)
-	d := &luciusv1.Directive{JobId: jobID, TenantId: "acme", StepId: "ocr", StepType: "OCR", Service: "ocr", AttemptNo: 1,
-		LeaseId: uuid.NewString(), InputRef: "file://" + input, WorkspaceRef: "file://" + dir + "/lucius/acme/" + jobID + "/",
-		OutputRef: "file://" + dir + "/final/", FinalStep: true,
-		CallbackUrls: &luciusv1.CallbackEndpoints{GrpcTarget: "ipv4:" + ln.Addr().String()}}
-	body, _ := protojson.Marshal(d)
-	topic := routing.Topic(routing.TopologyTwoTopicSets, routing.ModeDefault, routing.Partition("acme"))
-	sender, err := b.NewSender(ctx, topic)
+	return hex.EncodeToString(id)
+}
+
+// directive returns a first-attempt directive of a step of job for service,
+// with the worker's callback target and a workspace in its directory.
+func (w *workerProcess) directive(jobID, service, stepID, stepType, inputRef string) *luciusv1.Directive {
+	return &luciusv1.Directive{JobId: jobID, TenantId: "acme", StepId: stepID, StepType: stepType, Service: service, AttemptNo: 1,
+		LeaseId: uuid.NewString(), InputRef: inputRef, JobInputRef: inputRef, WorkspaceRef: "file://" + w.dir + "/lucius/acme/" + jobID + "/",
+		CallbackUrls: &luciusv1.CallbackEndpoints{GrpcTarget: w.target}}
+}
+
+// publish sends a directive as the orchestrator's outbox would.
+func (w *workerProcess) publish(t *testing.T, d *luciusv1.Directive) {
+	t.Helper()
+	ctx := context.Background()
+	body, err := protojson.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sender.Send(ctx, bus.Message{ID: "directive/" + jobID + "/ocr/1", Body: body, ContentType: "application/json",
-		Properties: map[string]string{topology.PropertyService: "ocr", "lane": "default"}}); err != nil {
+	topic := routing.Topic(routing.TopologyTwoTopicSets, routing.ModeDefault, routing.Partition(d.GetTenantId()))
+	sender, err := w.bus.NewSender(ctx, topic)
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, &output, "RESULT", func() bool { return len(orch.get()) == 1 })
-	res := orch.get()[0]
+	if err := sender.Send(ctx, bus.Message{ID: "directive/" + d.GetJobId() + "/" + d.GetStepId() + "/1", Body: body, ContentType: "application/json",
+		Properties: map[string]string{topology.PropertyService: d.GetService(), "lane": "default"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// result waits for the RESULT of a step.
+func (w *workerProcess) result(t *testing.T, jobID, stepID string) *luciusv1.ResultRequest {
+	t.Helper()
+	var res *luciusv1.ResultRequest
+	waitFor(t, w.output, "RESULT of "+stepID, func() bool {
+		for _, r := range w.orch.get() {
+			if r.GetJobId() == jobID && r.GetStepId() == stepID {
+				res = r
+				return true
+			}
+		}
+		return false
+	})
+	return res
+}
+
+// metrics returns the lucius_worker lines of /metrics.
+func (w *workerProcess) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + w.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return grep(string(body), "lucius_worker")
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (w *workerProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-w.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, w.output.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no exit within 20s of SIGTERM\n%s", w.output.String())
+	}
+}
+
+// TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM starts the real binary on a
+// fresh database and drives one OCR directive through it.
+func TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the binary")
+	}
+	t.Parallel()
+	w := startWorker(t, "ocr", "worker-ocr-e2e")
+	ctx := context.Background()
+
+	input := filepath.Join(w.dir, "scan.txt")
+	os.WriteFile(input, []byte("scanned page one\nscanned page two\n"), 0o644)
+	jobID := newJobID()
+	d := w.directive(jobID, "ocr", "ocr", "OCR", "file://"+input)
+	d.OutputRef, d.FinalStep = "file://"+w.dir+"/final/", true
+	w.publish(t, d)
+	res := w.result(t, jobID, "ocr")
 	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || res.GetWorkerId() != "worker-ocr-e2e" ||
 		res.GetOutput().GetFields()["lines"].GetNumberValue() != 2 {
 		t.Errorf("RESULT = %v", res)
 	}
-	for _, p := range []string{filepath.Join(dir, "lucius", "acme", jobID, "ocr", "1", "output.txt"), filepath.Join(dir, "final", "output.txt")} {
+	for _, p := range []string{filepath.Join(w.dir, "lucius", "acme", jobID, "ocr", "1", "output.txt"), filepath.Join(w.dir, "final", "output.txt")} {
 		if got, err := os.ReadFile(p); err != nil || string(got) != "scanned page one\nscanned page two\n" {
 			t.Errorf("%s = %q, %v", p, got, err)
 		}
 	}
 	var rows int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM worker_executions WHERE job_id = $1 AND finished_at IS NOT NULL`, jobID).Scan(&rows); err != nil || rows != 1 {
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM worker_executions WHERE job_id = $1 AND finished_at IS NOT NULL`, jobID).Scan(&rows); err != nil || rows != 1 {
 		t.Errorf("finished worker_executions rows = %d (%v), want 1", rows, err)
 	}
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	if m := w.metrics(t); !strings.Contains(m, `lucius_worker_directives_total{outcome="succeeded",service="ocr"} 1`) {
+		t.Errorf("/metrics lacks the handled directive:\n%s", m)
 	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(metrics), `lucius_worker_directives_total{outcome="succeeded",service="ocr"} 1`) {
-		t.Errorf("/metrics lacks the handled directive:\n%s", grep(string(metrics), "lucius_worker"))
+	w.stop(t)
+}
+
+// TestBinaryRunsSeveralServices runs raster and tiles in one process: each
+// service's directives reach its own runner and its handlers, and SIGTERM
+// stops both.
+func TestBinaryRunsSeveralServices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the binary")
+	}
+	t.Parallel()
+	w := startWorker(t, "raster,tiles", "worker-multi-e2e")
+	ctx := context.Background()
+
+	input := filepath.Join(w.dir, "scene.tif")
+	content := []byte("II*\x00 a small raster, tiled into pieces")
+	os.WriteFile(input, content, 0o644)
+	rasterJob, tilesJob := newJobID(), newJobID()
+
+	validate := w.directive(rasterJob, "raster", "validate", "raster_validate", "file://"+input)
+	validate.Payload, _ = structpb.NewStruct(map[string]any{"container_name": "rasters", "blob_name": "scene.tif"})
+	w.publish(t, validate)
+	cog := w.directive(rasterJob, "raster", "process_fa", "raster_cog_fa", "file://"+input)
+	cog.Payload, _ = structpb.NewStruct(map[string]any{"source_url": "file://" + input, "target_crs": "EPSG:3857"})
+	cog.OutputRef, cog.FinalStep = "file://"+w.dir+"/final/", true
+	w.publish(t, cog)
+	plan := w.directive(tilesJob, "tiles", "plan", "tiles_plan", "file://"+input)
+	plan.Payload, _ = structpb.NewStruct(map[string]any{"tiles": 4})
+	w.publish(t, plan)
+	// A handler of another service, addressed to tiles: the dispatch refuses it for good.
+	stray := w.directive(tilesJob, "tiles", "stray", "raster_validate", "file://"+input)
+	w.publish(t, stray)
+
+	res := w.result(t, rasterJob, "validate")
+	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || res.GetWorkerId() != "worker-multi-e2e" ||
+		res.GetOutput().GetFields()["bytes"].GetNumberValue() != float64(len(content)) ||
+		res.GetOutput().GetFields()["blob_url"].GetStringValue() != "file://"+input {
+		t.Errorf("raster_validate RESULT = %v", res)
+	}
+	res = w.result(t, rasterJob, "process_fa")
+	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || res.GetOutput().GetFields()["pipeline"].GetStringValue() != "fa" ||
+		len(res.GetArtifacts()) != 3 || res.GetArtifacts()[0].GetName() != "manifest" || res.GetArtifacts()[2].GetName() != "output" {
+		t.Errorf("raster_cog_fa RESULT = %v", res)
+	}
+	if manifest, err := os.ReadFile(filepath.Join(w.dir, "final", "cog.json")); err != nil || !strings.Contains(string(manifest), `"pipeline": "fa"`) {
+		t.Errorf("final output cog.json = %s, %v", manifest, err)
+	}
+	res = w.result(t, tilesJob, "plan")
+	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || len(res.GetOutput().GetFields()["tiles"].GetListValue().GetValues()) != 4 {
+		t.Errorf("tiles_plan RESULT = %v", res)
+	}
+	res = w.result(t, tilesJob, "stray")
+	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_FAILED || res.GetFailureClass() != luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE ||
+		!strings.HasPrefix(res.GetReason(), `UNKNOWN_HANDLER: handler "raster_validate" is not served by service "tiles"`) {
+		t.Errorf("stray RESULT = %v", res)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	var rows int
+	if err := w.pool.QueryRow(ctx, `SELECT count(DISTINCT service) FROM worker_executions WHERE finished_at IS NOT NULL`).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("services in worker_executions = %d (%v), want 2", rows, err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, output.String())
+	m := w.metrics(t)
+	for _, want := range []string{
+		`lucius_worker_directives_total{outcome="succeeded",service="raster"} 2`,
+		`lucius_worker_directives_total{outcome="succeeded",service="tiles"} 1`,
+		`lucius_worker_directives_total{outcome="failed",service="tiles"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, m)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no exit within 20s of SIGTERM\n%s", output.String())
+	}
+	w.stop(t)
+	if out := w.output.String(); !strings.Contains(out, "runner=raster") || !strings.Contains(out, "runner=tiles") {
+		t.Errorf("the runners' logs do not name their service:\n%s", out)
 	}
 }
 
