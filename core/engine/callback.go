@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -20,6 +22,8 @@ const (
 	ReasonLeaseMismatch = "LEASE_MISMATCH"
 	ReasonAfterTerminal = "AFTER_TERMINAL"
 	ReasonDuplicate     = "DUPLICATE"
+	// ReasonOutputTooLarge fails a step whose RESULT output exceeds the limit.
+	ReasonOutputTooLarge = "OUTPUT_TOO_LARGE"
 )
 
 // callbackKey identifies the attempt a callback speaks for.
@@ -37,13 +41,14 @@ type AckResult struct {
 }
 
 // Ack applies a worker's pickup signal: DISPATCHING or AWAITING_ACK become
-// IN_PROGRESS, and the job becomes IN_PROGRESS on its first acknowledged step.
+// IN_PROGRESS with the execution lease running, and the job becomes
+// IN_PROGRESS on its first acknowledged step.
 func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, error) {
 	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "ACK"}
 	var out AckResult
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
-		job, _, step, err := lockStep(ctx, tx, key)
+		job, step, err := lockStep(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -56,15 +61,14 @@ func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, 
 		if err != nil {
 			return err
 		}
-		startStep(tx, job, step, attempt, req.GetWorkerId(), now)
+		if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+			return err
+		}
 		if err := writeStep(ctx, tx, step, attempt); err != nil {
 			return err
 		}
-		if err := tx.UpdateJob(ctx, job); err != nil {
-			return err
-		}
 		out = AckResult{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: step.Status}
-		return nil
+		return tx.UpdateJob(ctx, job)
 	})
 	return out, err
 }
@@ -76,16 +80,17 @@ type ResultResult struct {
 	JobStatus  ledger.JobStatus
 }
 
-// Result applies the end of an attempt. SUCCEEDED advances the job to its next
-// step or completes it; FAILED retries (RETRYABLE, attempts left, after backoff)
-// or fails the step and the job. A CANCELLING job becomes CANCELLED instead of
-// starting anything new. A Result before any Ack implies the Ack.
+// Result applies the end of an attempt. SUCCEEDED records the output and
+// moves the job on; FAILED retries (RETRYABLE, attempts left, after the node's
+// backoff) or fails the step for good, which fails the job fast unless the
+// node has an on_failure path. A RESULT before any ACK implies the ACK. The
+// result of a step still running when its job ended is recorded on the step only.
 func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (ResultResult, error) {
 	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "RESULT"}
 	var out ResultResult
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
-		job, steps, step, err := lockStep(ctx, tx, key)
+		job, step, err := lockStep(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -99,122 +104,130 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 			return err
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
-			startStep(tx, job, step, attempt, req.GetWorkerId(), now) // RESULT implies ACK
+			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+				return err
+			}
 		}
 		attempt.WorkerID = firstNonEmpty(req.GetWorkerId(), attempt.WorkerID)
 		attempt.CompletedAt = now
-		idx := step.Index
-		if req.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
-			if err := e.succeed(ctx, tx, job, steps, idx, attempt, req, now); err != nil {
+		var r *run
+		if !job.Status.Terminal() {
+			if r, err = e.open(ctx, tx, job, now); err != nil {
 				return err
 			}
-		} else if err := e.fail(ctx, tx, job, steps, idx, attempt, req, now); err != nil {
+			if node, ok := r.nodes[step.NodeID]; ok && step.Kind != ledger.KindChild {
+				step = node // the run's copy, so evaluation sees this result
+			}
+		}
+		if err := e.settle(ctx, tx, r, job, step, attempt, req, now); err != nil {
 			return err
 		}
-		out = ResultResult{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: steps[idx].Status, JobStatus: job.Status}
-		return nil
+		if r != nil {
+			if err := r.advance(ctx); err != nil {
+				return err
+			}
+		}
+		out = ResultResult{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: step.Status, JobStatus: job.Status}
+		return tx.UpdateJob(ctx, job)
 	})
 	return out, err
 }
 
-func (e *Engine) succeed(ctx context.Context, tx *ledger.Tx, job *ledger.Job, steps []ledger.Step, idx int,
+// settle records how an attempt ended on the step, its attempt and, for a
+// fan-out child, its parent's counters. r is nil when the job already ended.
+func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
 	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
-	step := &steps[idx]
-	if req.GetOutput() != nil {
-		out, err := protojson.Marshal(req.GetOutput())
-		if err != nil {
+	var parent *ledger.Step
+	if step.Kind == ledger.KindChild {
+		var err error
+		if r != nil {
+			parent = r.nodes[step.NodeID]
+		} else if parent, err = tx.Step(ctx, job.JobID, step.Parent); err != nil {
 			return err
 		}
-		step.Output = json.RawMessage(out)
 	}
-	step.Artifacts = artifactsFromProto(req.GetArtifacts())
-	setStepStatus(tx, step, ledger.StepSucceeded, "RESULT_SUCCEEDED", now)
-	attempt.Status = ledger.StepSucceeded
-	if err := writeStep(ctx, tx, step, attempt); err != nil {
-		return err
-	}
-	switch {
-	case job.Status == ledger.JobCancelling:
-		if err := cancelPendingSteps(ctx, tx, steps, "JOB_CANCELLED", now); err != nil {
-			return err
-		}
-		setJobStatus(tx, job, ledger.JobCancelled, "CANCELLED_AFTER_STEP", now)
-	case idx+1 < len(steps):
-		if err := e.dispatch(ctx, tx, job, steps, idx+1, now); err != nil {
-			return err
-		}
-	default:
-		job.ResultRef = job.OutputRef
-		setJobStatus(tx, job, ledger.JobSucceeded, "ALL_STEPS_SUCCEEDED", now)
-	}
-	return tx.UpdateJob(ctx, job)
-}
-
-func (e *Engine) fail(ctx context.Context, tx *ledger.Tx, job *ledger.Job, steps []ledger.Step, idx int,
-	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
-	step := &steps[idx]
-	class := "NON_RETRYABLE"
+	failed := req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED
+	class, reason := "NON_RETRYABLE", req.GetReason()
 	if req.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {
 		class = "RETRYABLE"
 	}
-	step.FailureClass, step.Reason = class, req.GetReason()
-	attempt.Status, attempt.FailureClass, attempt.Reason = ledger.StepFailedFinal, class, req.GetReason()
-	retry := class == "RETRYABLE" && step.AttemptNo < step.MaxAttempts && job.Status != ledger.JobCancelling
-	if retry {
+	if !failed {
+		if req.GetOutput() != nil {
+			output, err := protojson.Marshal(req.GetOutput())
+			if err != nil {
+				return err
+			}
+			if len(output) > e.cfg.OutputLimit {
+				failed, class = true, "NON_RETRYABLE"
+				reason = fmt.Sprintf("%s: the output is %d bytes, over the %d-byte limit; write large results as artifacts and return their refs",
+					ReasonOutputTooLarge, len(output), e.cfg.OutputLimit)
+			} else {
+				step.Output = json.RawMessage(output)
+			}
+		}
+		step.Artifacts = artifactsFromProto(req.GetArtifacts())
+	}
+	if !failed {
+		setStepStatus(tx, step, ledger.StepSucceeded, "RESULT_SUCCEEDED", now)
+		attempt.Status = ledger.StepSucceeded
+		if parent != nil {
+			parent.Children.Running--
+			parent.Children.Succeeded++
+		}
+		return e.writeSettled(ctx, tx, r, job, step, attempt, parent, now)
+	}
+	step.FailureClass, step.Reason = class, reason
+	attempt.FailureClass, attempt.Reason = class, reason
+	if class == "RETRYABLE" && step.AttemptNo < step.MaxAttempts && r != nil && job.Status != ledger.JobCancelling {
+		node, _ := r.def.Node(step.NodeID)
 		attempt.Status = ledger.StepFailedRetry
 		setStepStatus(tx, step, ledger.StepFailedRetry, "RESULT_FAILED_RETRYABLE", now)
 		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
 			return err
 		}
-		if err := e.newAttempt(ctx, tx, job, steps, idx, now, now.Add(e.backoff(step.AttemptNo)), "RETRY_AFTER_BACKOFF"); err != nil {
-			return err
-		}
-		return tx.UpdateJob(ctx, job)
+		return r.newAttempt(ctx, step, now.Add(node.Task.Retry.Backoff(step.AttemptNo)), "RETRY_AFTER_BACKOFF")
 	}
-	reason := "RESULT_FAILED_NON_RETRYABLE"
+	code := "RESULT_FAILED_NON_RETRYABLE"
 	if class == "RETRYABLE" {
-		reason = "MAX_ATTEMPTS_EXHAUSTED"
+		code = "MAX_ATTEMPTS_EXHAUSTED"
 	}
-	setStepStatus(tx, step, ledger.StepFailedFinal, reason, now)
+	attempt.Status = ledger.StepFailedFinal
+	setStepStatus(tx, step, ledger.StepFailedFinal, code, now)
+	if r != nil && job.Reason == "" {
+		job.Reason = fmt.Sprintf("step %s failed: %s", step.StepID, reason)
+	}
+	if parent != nil {
+		parent.Children.Running--
+		parent.Children.Failed++
+	}
+	return e.writeSettled(ctx, tx, r, job, step, attempt, parent, now)
+}
+
+func (e *Engine) writeSettled(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
+	attempt *ledger.Attempt, parent *ledger.Step, now time.Time) error {
 	if err := writeStep(ctx, tx, step, attempt); err != nil {
 		return err
 	}
-	if err := cancelPendingSteps(ctx, tx, steps, "JOB_ENDED", now); err != nil {
-		return err
+	if parent == nil {
+		return nil
 	}
-	if job.Status == ledger.JobCancelling {
-		setJobStatus(tx, job, ledger.JobCancelled, "CANCELLED_AFTER_STEP", now)
-	} else {
-		job.Reason = step.StepID + ": " + req.GetReason()
-		setJobStatus(tx, job, ledger.JobFailedFinal, reason, now)
+	if r == nil {
+		closeFanOut(tx, parent, now) // the job ended; close the fan-out once its last child is back
 	}
-	return tx.UpdateJob(ctx, job)
+	return tx.UpdateStep(ctx, parent)
 }
 
-// backoff is the delay before attempt n+1: RetryBackoff doubled per attempt, capped.
-func (e *Engine) backoff(n int) time.Duration {
-	d := e.cfg.RetryBackoff
-	for i := 1; i < n && d < e.cfg.MaxRetryBackoff; i++ {
-		d *= 2
-	}
-	return min(d, e.cfg.MaxRetryBackoff)
-}
-
-// lockStep locks the job and returns it with its steps and the named step.
-func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job, []ledger.Step, *ledger.Step, error) {
+// lockStep locks the job and returns it with the named step.
+func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job, *ledger.Step, error) {
 	job, err := tx.LockJob(ctx, key.jobID)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	steps, err := tx.Steps(ctx, key.jobID)
-	if err != nil {
-		return nil, nil, nil, err
+	step, err := tx.Step(ctx, key.jobID, key.stepID)
+	if errors.Is(err, ledger.ErrNotFound) || (err == nil && !step.Executable()) {
+		return nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.jobID, key.stepID, ErrUnknownStep)
 	}
-	step, _ := findStep(steps, key.stepID)
-	if step == nil {
-		return nil, nil, nil, stepNotFound(key.jobID, key.stepID)
-	}
-	return job, steps, step, nil
+	return job, step, err
 }
 
 // checkCallback applies the guards every callback passes before it may change
@@ -228,7 +241,7 @@ func checkCallback(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, key callba
 	switch {
 	case current && (alreadyApplied || (step.Status.Terminal() && (key.kind == "ACK" || finishedByThisAttempt(step)))):
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE, ReasonDuplicate
-	case step.Status.Terminal() || job.Status.Terminal():
+	case step.Status.Terminal():
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL, ReasonAfterTerminal
 	case key.attemptNo != step.AttemptNo:
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, ReasonStaleAttempt
@@ -253,17 +266,26 @@ func finishedByThisAttempt(step *ledger.Step) bool {
 	return step.Status == ledger.StepSucceeded || step.Status == ledger.StepFailedFinal
 }
 
-// startStep records the pickup of the current attempt.
-func startStep(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, attempt *ledger.Attempt, workerID string, now time.Time) {
+// startStep records the pickup of the current attempt and starts its
+// execution lease (the node's timeout).
+func (e *Engine) startStep(ctx context.Context, tx *ledger.Tx, job *ledger.Job, step *ledger.Step, attempt *ledger.Attempt, workerID string, now time.Time) error {
 	setStepStatus(tx, step, ledger.StepInProgress, "ACKNOWLEDGED", now)
 	if step.StartedAt.IsZero() {
 		step.StartedAt = now
 	}
 	attempt.Status, attempt.AckedAt = ledger.StepInProgress, now
 	attempt.WorkerID = workerID
-	if job.Status == ledger.JobDispatching || job.Status == ledger.JobQueued || job.Status == ledger.JobFailedRetry {
+	def, err := e.cfg.Definitions.Get(ctx, job.WorkflowID, job.WorkflowVersion)
+	if err != nil {
+		return err
+	}
+	if node, ok := def.Node(step.NodeID); ok && node.Task != nil {
+		attempt.LeaseExpiresAt = now.Add(node.Task.Timeout)
+	}
+	if job.Status == ledger.JobDispatching || job.Status == ledger.JobQueued {
 		setJobStatus(tx, job, ledger.JobInProgress, "STEP_ACKNOWLEDGED", now)
 	}
+	return nil
 }
 
 // writeStep persists a step and its attempt.

@@ -8,11 +8,11 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
-// Cancel asks a job to stop (seed 004 §1.5). A job with a step in flight becomes
-// CANCELLING: no new step starts and the job becomes CANCELLED when that step
-// reaches a terminal state. A job with nothing in flight is CANCELLED at once. A
-// terminal job is left as it is. A request no orchestrator claimed yet is marked,
-// and is created cancelled when claimed. It returns the job's view afterwards.
+// Cancel asks a job to stop (seed 004 §1.5). A job with work running becomes
+// CANCELLING: nothing new starts and the job becomes CANCELLED when the running
+// work reaches a terminal state. A job with nothing running is CANCELLED at
+// once. A terminal job is left as it is. A request no orchestrator claimed yet is
+// marked, and is created cancelled when claimed. It returns the job's view afterwards.
 func (e *Engine) Cancel(ctx context.Context, jobID, reason string) (*ledger.Job, error) {
 	return Cancel(ctx, e.store, jobID, reason, e.cfg.Now)
 }
@@ -44,23 +44,22 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		}
 		tx.Append(ledger.Event{JobID: jobID, Type: ledger.EventCancelRequested, Reason: reason})
 		job.CancelRequestedAt, job.Reason = now, reason
-		steps, err := tx.Steps(ctx, jobID)
+		steps, err := tx.NodeSteps(ctx, jobID)
 		if err != nil {
 			return err
 		}
-		inFlight := false
-		for _, s := range steps {
-			inFlight = inFlight || s.Status.InFlight()
+		nodes := map[string]*ledger.Step{}
+		running := false
+		for i := range steps {
+			s := &steps[i]
+			nodes[s.NodeID] = s
+			running = running || s.Status.InFlight() || s.Status == ledger.StepFailedRetry || s.Children.Running > 0
 		}
-		if inFlight {
+		if running {
 			setJobStatus(tx, job, ledger.JobCancelling, "CANCEL_REQUESTED", now)
-		} else {
-			if err := cancelPendingSteps(ctx, tx, steps, "JOB_CANCELLED", now); err != nil {
-				return err
-			}
-			setJobStatus(tx, job, ledger.JobCancelled, "CANCELLED_NOTHING_IN_FLIGHT", now)
+			return tx.UpdateJob(ctx, job)
 		}
-		return tx.UpdateJob(ctx, job)
+		return finish(ctx, tx, job, nodes, ledger.JobCancelled, "CANCELLED_NOTHING_IN_FLIGHT", reason, now)
 	})
 	if err != nil {
 		return nil, err

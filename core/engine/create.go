@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"google.golang.org/protobuf/encoding/protojson"
+	"strings"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Created reports what CreateJob did.
@@ -20,93 +20,80 @@ type Created struct {
 }
 
 // CreateJob turns a queued request into a job owned by owner: it writes the job
-// and its steps and dispatches the first step (attempt 1, fresh lease, routing
-// pinned from the request) in one transaction. A redelivered message finds the
-// job and changes nothing. A request cancelled before any orchestrator claimed it
-// becomes a CANCELLED job at once.
+// (pinned to the workflow version the request was accepted with) and a step per
+// workflow node, and starts what the workflow starts with, in one transaction.
+// A redelivered message finds the job and changes nothing. A request cancelled
+// before any orchestrator claimed it becomes a CANCELLED job at once.
 func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner string) (Created, error) {
-	cmd := q.GetCommand()
-	proto, known := e.cfg.Protocols.Lookup(cmd.GetRequestType())
-	payload, err := protojson.Marshal(cmd.GetPayload())
-	if err != nil {
-		return Created{}, fmt.Errorf("job %s: payload: %w", q.GetJobId(), err)
-	}
 	var out Created
-	err = e.store.InTx(ctx, func(tx *ledger.Tx) error {
+	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
 		req, cancelledAt, err := tx.LockRequest(ctx, q.GetJobId())
 		if err != nil {
 			return err
 		}
 		job := &ledger.Job{
-			JobID:         req.JobID,
-			TenantID:      req.TenantID,
-			RequestType:   req.RequestType,
-			Status:        ledger.JobQueued,
-			Routing:       req.Routing,
-			InputRef:      req.InputRef,
-			OutputRef:     req.OutputRef,
-			DocID:         req.DocID,
-			CorrelationID: req.CorrelationID,
-			CallbackURL:   req.CallbackURL,
-			Payload:       json.RawMessage(payload),
-			OwnerID:       owner,
-			OwnerEpoch:    1,
+			JobID: req.JobID, TenantID: req.TenantID, RequestType: req.RequestType,
+			WorkflowID: req.RequestType, WorkflowVersion: req.WorkflowVersion, Status: ledger.JobQueued,
+			Routing: req.Routing, InputRef: req.InputRef, OutputRef: req.OutputRef, DocID: req.DocID,
+			CorrelationID: req.CorrelationID, CallbackURL: req.CallbackURL, OwnerID: owner, OwnerEpoch: 1,
 		}
-		if !known {
-			// The gateway accepted a request type this orchestrator does not know
-			// (configuration drift). Fail the job with a reason rather than lose it.
-			job.Status, job.CompletedAt = ledger.JobFailedFinal, now
-			job.Reason = fmt.Sprintf("%s: no protocol for request type %q", ErrUnknownProtocol, req.RequestType)
-			inserted, err := tx.InsertJob(ctx, job)
-			if err != nil || !inserted {
-				out = Created{New: inserted, Job: job}
-				return err
-			}
-			tx.Append(ledger.Event{JobID: job.JobID, Type: ledger.EventJobCreated, ToStatus: string(ledger.JobFailedFinal),
-				Reason: "UNKNOWN_PROTOCOL", Data: map[string]any{"owner_id": owner, "request_type": req.RequestType}})
-			out = Created{New: true, Job: job}
-			return nil
-		}
-		job.ProtocolID, job.ProtocolVersion = proto.ID, proto.Version
-		inserted, err := tx.InsertJob(ctx, job)
-		if err != nil {
+		def, inputs, problem := e.prepare(ctx, job, q.GetCommand().GetPayload().AsMap())
+		if job.Payload, err = json.Marshal(inputs); err != nil {
 			return err
 		}
-		if !inserted {
-			out = Created{New: false}
-			return nil
+		inserted, err := tx.InsertJob(ctx, job)
+		if err != nil || !inserted {
+			return err
 		}
+		out = Created{New: true, Job: job}
 		tx.Append(ledger.Event{JobID: job.JobID, Type: ledger.EventJobCreated, ToStatus: string(ledger.JobQueued),
-			Data: map[string]any{"owner_id": owner, "owner_epoch": 1, "protocol_id": proto.ID, "protocol_version": proto.Version}})
-		steps := make([]ledger.Step, len(proto.Steps))
-		for i, ps := range proto.Steps {
-			steps[i] = ledger.Step{JobID: job.JobID, StepID: ps.ID, Index: i, Type: ps.Type, Service: ps.Service,
-				Status: ledger.StepPending, MaxAttempts: ps.MaxAttempts, AckTimeout: ps.AckTimeout()}
+			Data: map[string]any{"owner_id": owner, "owner_epoch": 1, "workflow_id": job.WorkflowID,
+				"workflow_version": job.WorkflowVersion}})
+		if problem != "" {
+			// Configuration drift between gateway and orchestrator: fail with a
+			// reason rather than lose the job.
+			return finish(ctx, tx, job, nil, ledger.JobFailedFinal, "CANNOT_START", problem, now)
+		}
+		steps := make([]ledger.Step, len(def.Nodes))
+		for i, n := range def.Nodes {
+			steps[i] = ledger.Step{JobID: job.JobID, StepID: n.ID, NodeID: n.ID, Kind: n.Type, Index: i,
+				Type: strings.ToUpper(n.Type), Status: ledger.StepPending}
+			if n.Task != nil {
+				steps[i].Type, steps[i].Service = n.Task.Handler, n.Task.Service
+				steps[i].MaxAttempts, steps[i].AckTimeout = n.Task.Retry.MaxAttempts, n.Task.AckTimeout
+			}
 		}
 		if err := tx.InsertSteps(ctx, steps); err != nil {
 			return err
 		}
+		r := &run{e: e, tx: tx, job: job, def: def, nodes: map[string]*ledger.Step{}, inputs: inputs, now: now,
+			children: map[string][]ledger.ChildResult{}}
+		for i := range steps {
+			r.nodes[steps[i].NodeID] = &steps[i]
+		}
 		if !cancelledAt.IsZero() {
 			job.CancelRequestedAt = cancelledAt
-			if err := cancelPendingSteps(ctx, tx, steps, "JOB_CANCELLED", now); err != nil {
-				return err
-			}
-			setJobStatus(tx, job, ledger.JobCancelled, "CANCELLED_BEFORE_START", now)
-		} else {
-			if err := e.dispatch(ctx, tx, job, steps, 0, now); err != nil {
-				return err
-			}
-			setJobStatus(tx, job, ledger.JobDispatching, "FIRST_STEP_DISPATCHED", now)
+			return finish(ctx, tx, job, r.nodes, ledger.JobCancelled, "CANCELLED_BEFORE_START", "cancelled before start", now)
 		}
-		if err := tx.UpdateJob(ctx, job); err != nil {
-			return err
-		}
-		out = Created{New: true, Job: job}
-		return nil
+		return r.advance(ctx)
 	})
 	if errors.Is(err, ledger.ErrNotFound) {
 		return Created{}, fmt.Errorf("job %s: queued message has no request row: %w", q.GetJobId(), err)
 	}
 	return out, err
+}
+
+// prepare finds the job's workflow version and binds its inputs; problem says
+// why the job cannot start.
+func (e *Engine) prepare(ctx context.Context, job *ledger.Job, payload map[string]any) (*workflow.Definition, map[string]any, string) {
+	def, err := e.cfg.Definitions.Get(ctx, job.WorkflowID, job.WorkflowVersion)
+	if err != nil {
+		return nil, payload, fmt.Sprintf("%s: workflow %s@%d: %v", ErrUnknownWorkflow, job.WorkflowID, job.WorkflowVersion, err)
+	}
+	inputs, violations := def.Bind(payload)
+	if len(violations) > 0 {
+		return nil, payload, fmt.Sprintf("inputs do not fit workflow %s: %s %s", def.Key(), violations[0].Field, violations[0].Description)
+	}
+	return def, inputs, ""
 }

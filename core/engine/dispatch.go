@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Application properties of a directive message. Subscriptions filter on
@@ -38,52 +40,47 @@ const (
 	MessageTypeDirective = "directive"
 )
 
-// dispatch starts a new attempt of steps[i] now.
-func (e *Engine) dispatch(ctx context.Context, tx *ledger.Tx, job *ledger.Job, steps []ledger.Step, i int, now time.Time) error {
-	return e.newAttempt(ctx, tx, job, steps, i, now, time.Time{}, "STEP_DISPATCHED")
-}
-
-// newAttempt creates the next attempt of steps[i] with a fresh lease and the
-// job's pinned routing, and enqueues its directive, delivered at deliverAt (zero:
-// at once).
-func (e *Engine) newAttempt(ctx context.Context, tx *ledger.Tx, job *ledger.Job, steps []ledger.Step, i int,
-	now, deliverAt time.Time, reason string) error {
-	s := &steps[i]
+// newAttempt creates the next attempt of step s with a fresh lease and the
+// job's pinned routing, and enqueues its directive, delivered at deliverAt
+// (zero: at once).
+func (r *run) newAttempt(ctx context.Context, s *ledger.Step, deliverAt time.Time, reason string) error {
 	s.AttemptNo++
 	s.LeaseID = uuid.NewString()
 	s.FailureClass, s.Reason = "", ""
-	setStepStatus(tx, s, ledger.StepDispatching, reason, now)
-	start := now
-	if deliverAt.After(now) {
+	setStepStatus(r.tx, s, ledger.StepDispatching, reason, r.now)
+	start := r.now
+	if deliverAt.After(r.now) {
 		start = deliverAt
 	}
 	attempt := &ledger.Attempt{
-		JobID: job.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID,
-		Status: ledger.StepDispatching, Routing: job.Routing, AckDeadline: start.Add(s.AckTimeout),
+		JobID: r.job.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID,
+		Status: ledger.StepDispatching, Routing: r.job.Routing, AckDeadline: start.Add(s.AckTimeout),
 	}
-	if err := tx.InsertAttempt(ctx, attempt); err != nil {
+	if err := r.tx.InsertAttempt(ctx, attempt); err != nil {
 		return err
 	}
-	tx.Append(ledger.Event{JobID: job.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, Type: ledger.EventAttemptCreated,
+	r.tx.Append(ledger.Event{JobID: r.job.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, Type: ledger.EventAttemptCreated,
 		Data: map[string]any{"lease_id": s.LeaseID, "topic": attempt.Routing.Topic, "partition": attempt.Routing.Partition,
 			"resolved_mode": attempt.Routing.Mode, "routing_key_used": attempt.Routing.RoutingKey,
 			"decision_source": attempt.Routing.DecisionSource, "deliver_at": start.UTC().Format(time.RFC3339Nano)}})
-	if err := tx.UpdateStep(ctx, s); err != nil {
+	if err := r.tx.UpdateStep(ctx, s); err != nil {
 		return err
 	}
-	job.CurrentStepID = s.StepID
-	msg, err := e.directiveMessage(ctx, job, steps, i, attempt, now, deliverAt)
+	r.job.CurrentStepID = s.StepID
+	if r.job.Status == ledger.JobQueued {
+		setJobStatus(r.tx, r.job, ledger.JobDispatching, "FIRST_STEP_DISPATCHED", r.now)
+	}
+	msg, err := r.directiveMessage(ctx, s, attempt, deliverAt)
 	if err != nil {
 		return err
 	}
-	tx.Enqueue(msg)
+	r.tx.Enqueue(msg)
 	return nil
 }
 
 // directiveMessage builds the outbox message carrying an attempt's directive.
-func (e *Engine) directiveMessage(ctx context.Context, job *ledger.Job, steps []ledger.Step, i int,
-	a *ledger.Attempt, now, deliverAt time.Time) (ledger.OutboxMessage, error) {
-	s := steps[i]
+func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.Attempt, deliverAt time.Time) (ledger.OutboxMessage, error) {
+	job := r.job
 	props := map[string]string{
 		PropMessageType: MessageTypeDirective,
 		PropService:     s.Service,
@@ -100,45 +97,48 @@ func (e *Engine) directiveMessage(ctx context.Context, job *ledger.Job, steps []
 	otel.GetTextMapPropagator().Inject(ctx, bus.PropertiesCarrier(props))
 
 	payload := &structpb.Struct{}
-	if len(job.Payload) > 0 {
-		if err := protojson.Unmarshal(job.Payload, payload); err != nil {
-			return ledger.OutboxMessage{}, fmt.Errorf("job %s payload: %w", job.JobID, err)
+	if len(s.Params) > 0 {
+		if err := protojson.Unmarshal(s.Params, payload); err != nil {
+			return ledger.OutboxMessage{}, fmt.Errorf("step %s params: %w", s.StepID, err)
 		}
 	}
-	input, upstream := job.InputRef, []*luciusv1.ArtifactRef(nil)
-	if i > 0 {
-		prev := steps[i-1]
-		for _, art := range prev.Artifacts {
-			upstream = append(upstream, &luciusv1.ArtifactRef{Name: art.Name, Uri: art.URI, MediaType: art.MediaType,
-				SizeBytes: art.SizeBytes, Sha256: art.SHA256})
-		}
-		if len(prev.Artifacts) > 0 {
-			input = prev.Artifacts[0].URI
-		}
+	node, _ := r.def.Node(s.NodeID)
+	upstream, err := r.upstream(ctx, node)
+	if err != nil {
+		return ledger.OutboxMessage{}, err
+	}
+	input := job.InputRef
+	var refs []*luciusv1.ArtifactRef
+	for _, art := range upstream {
+		refs = append(refs, &luciusv1.ArtifactRef{Name: art.Name, Uri: art.URI, MediaType: art.MediaType,
+			SizeBytes: art.SizeBytes, Sha256: art.SHA256})
+	}
+	if len(upstream) > 0 {
+		input = upstream[0].URI
 	}
 	d := &luciusv1.Directive{
 		JobId:             job.JobID,
 		TenantId:          job.TenantID,
 		StepId:            s.StepID,
-		ProtocolId:        job.ProtocolID,
+		ProtocolId:        job.WorkflowID,
 		StepType:          s.Type,
 		Service:           s.Service,
 		AttemptNo:         int32(a.AttemptNo),
 		LeaseId:           a.LeaseID,
 		InputRef:          input,
-		WorkspaceRef:      e.workspaceRef(job),
+		WorkspaceRef:      r.e.workspaceRef(job),
 		OutputRef:         job.OutputRef,
 		Payload:           payload,
 		CorrelationId:     job.CorrelationID,
 		Traceparent:       props["traceparent"],
-		CallbackUrls:      e.callbackURLs(job.JobID, s.StepID, a.AttemptNo),
+		CallbackUrls:      r.e.callbackURLs(job.JobID, s.StepID, a.AttemptNo),
 		StepIndex:         int32(s.Index),
-		FinalStep:         i == len(steps)-1,
-		UpstreamArtifacts: upstream,
+		FinalStep:         s.Kind == ledger.KindTask && final(r.def, node),
+		UpstreamArtifacts: refs,
 		JobInputRef:       job.InputRef,
 		Routing:           RoutingToProto(a.Routing),
 		AckTimeout:        durationpb.New(s.AckTimeout),
-		IssueTime:         timestamppb.New(now),
+		IssueTime:         timestamppb.New(r.now),
 	}
 	body, err := protojson.Marshal(d)
 	if err != nil {
@@ -159,6 +159,60 @@ func (e *Engine) directiveMessage(ctx context.Context, job *ledger.Job, steps []
 		Subject:       s.Type,
 		ScheduledAt:   deliverAt,
 	}, nil
+}
+
+// upstream collects the artifacts of the work a node builds on: the nearest
+// tasks and fan-outs before it that succeeded (through start, conditional and
+// fan_in nodes), in declaration order; a fan-out contributes its children's
+// artifacts in index order.
+func (r *run) upstream(ctx context.Context, node *workflow.Node) ([]ledger.Artifact, error) {
+	var out []ledger.Artifact
+	seen := map[string]bool{}
+	var walk func(n *workflow.Node) error
+	walk = func(n *workflow.Node) error {
+		for _, p := range r.def.Preds(n.ID) {
+			if seen[p.ID] {
+				continue
+			}
+			seen[p.ID] = true
+			ps := r.nodes[p.ID]
+			if ps == nil || ps.Status != ledger.StepSucceeded {
+				continue // not run, or on a branch not taken
+			}
+			switch p.Type {
+			case workflow.TypeTask:
+				out = append(out, ps.Artifacts...)
+			case workflow.TypeFanOut:
+				results, err := r.childResults(ctx, ps)
+				if err != nil {
+					return err
+				}
+				for _, res := range results {
+					out = append(out, res.Artifacts...)
+				}
+			default:
+				if err := walk(p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return out, walk(node)
+}
+
+// final reports whether a task leads only to end nodes: its result is the
+// job's, and the worker writes it to output_ref.
+func final(d *workflow.Definition, n *workflow.Node) bool {
+	if len(n.Next) == 0 {
+		return false
+	}
+	for _, id := range n.Next {
+		if next, ok := d.Node(id); !ok || next.Type != workflow.TypeEnd {
+			return false
+		}
+	}
+	return true
 }
 
 // workspaceRef is the job's workspace: <root>/lucius/<tenant>/<job_id>/ (seed
@@ -186,4 +240,19 @@ func RoutingToProto(r ledger.Routing) *luciusv1.Routing {
 		DecisionSource: luciusv1.DecisionSource(luciusv1.DecisionSource_value["DECISION_SOURCE_"+r.DecisionSource]),
 		DecisionReason: r.DecisionReason,
 	}
+}
+
+// completionMessage is the outbox message POSTing a terminal job's outcome to
+// its callback_url (seed 001 §13.2).
+func completionMessage(job *ledger.Job, now time.Time) (ledger.OutboxMessage, error) {
+	body, err := json.Marshal(map[string]any{
+		"job_id": job.JobID, "status": string(job.Status), "result_ref": job.ResultRef,
+		"reason": job.Reason, "correlation_id": job.CorrelationID, "completed_at": now.UTC().Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		return ledger.OutboxMessage{}, err
+	}
+	return ledger.OutboxMessage{MessageID: "completion/" + job.JobID, Destination: job.CallbackURL,
+		Kind: ledger.KindCompletion, JobID: job.JobID, Body: body, ContentType: "application/json",
+		CorrelationID: job.CorrelationID}, nil
 }

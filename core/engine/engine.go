@@ -1,43 +1,48 @@
-// Package engine is Lucius's job state machine. It decides every transition of
-// a job and its steps and applies it through one ledger transaction, so the state
+// Package engine is Lucius's job state machine. It runs workflow definitions
+// (package workflow): each transition of a job and its steps is decided by the
+// pure evaluator and applied through one ledger transaction, so the state
 // change, its audit events and the outbox messages it implies commit together
 // (invariant 3). The orchestrator runs it for job creation and callbacks; the
-// gateway runs it for cancellation; sweepers will run it for timeouts. There is
-// no second code path.
+// gateway runs it for cancellation; sweepers will run it for timeouts. Linear
+// protocols and DAGs share this one code path.
 //
 // Guards, checked under the job's row lock:
 //   - a terminal job or step never changes (late callbacks are recorded only);
 //   - a callback applies only to the step's current (attempt_no, lease_id);
-//   - a sequential protocol has at most one step in flight;
-//   - a cancelled job starts no new step.
+//   - nothing starts before every step it depends on is done, and nothing on a
+//     branch not taken;
+//   - a cancelled or failed job starts no new step.
 package engine
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
+
+// Definitions finds workflow versions (package registry implements it).
+type Definitions interface {
+	Get(ctx context.Context, workflowID string, version int) (*workflow.Definition, error)
+}
 
 // Config configures an engine. Zero values take the documented defaults.
 type Config struct {
-	// Protocols maps request types to their steps. Required.
-	Protocols *protocol.Registry
+	// Definitions resolves the workflow a job runs. Required.
+	Definitions Definitions
 	// Callbacks is where workers send ACK and RESULT, copied into every directive.
 	Callbacks Callbacks
 	// WorkspaceRoot is the URL under which job workspaces live, e.g.
 	// file:///var/lucius/workspace. Required.
 	WorkspaceRoot string
-	// RetryBackoff is the delay before a retryable failure's next attempt
-	// (default 2s); it doubles per attempt up to MaxRetryBackoff (default 60s).
-	RetryBackoff    time.Duration
-	MaxRetryBackoff time.Duration
-	Logger          *slog.Logger
+	// OutputLimit caps a RESULT's inline output in bytes (default 256 KiB);
+	// larger results belong in artifacts.
+	OutputLimit int
+	Logger      *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -50,11 +55,14 @@ type Callbacks struct {
 	RESTBaseURL string
 }
 
+// DefaultOutputLimit is the default cap on a RESULT's inline output.
+const DefaultOutputLimit = 256 << 10
+
 // Validate reports missing or inconsistent settings.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Protocols == nil {
-		errs = append(errs, errors.New("engine: Protocols is required"))
+	if c.Definitions == nil {
+		errs = append(errs, errors.New("engine: Definitions is required"))
 	}
 	if c.WorkspaceRoot == "" {
 		errs = append(errs, errors.New("engine: WorkspaceRoot is required"))
@@ -62,8 +70,8 @@ func (c Config) Validate() error {
 	if c.Callbacks.GRPCTarget == "" && c.Callbacks.RESTBaseURL == "" {
 		errs = append(errs, errors.New("engine: Callbacks needs a gRPC target or a REST base URL"))
 	}
-	if c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 {
-		errs = append(errs, errors.New("engine: retry backoff must not be negative"))
+	if c.OutputLimit < 0 {
+		errs = append(errs, errors.New("engine: OutputLimit must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -80,11 +88,8 @@ func New(store *ledger.Store, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.RetryBackoff == 0 {
-		cfg.RetryBackoff = 2 * time.Second
-	}
-	if cfg.MaxRetryBackoff == 0 {
-		cfg.MaxRetryBackoff = 60 * time.Second
+	if cfg.OutputLimit == 0 {
+		cfg.OutputLimit = DefaultOutputLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -103,8 +108,8 @@ func (e *Engine) Store() *ledger.Store { return e.store }
 var (
 	// ErrUnknownStep: the callback names a step the job does not have.
 	ErrUnknownStep = errors.New("unknown step")
-	// ErrUnknownProtocol: the job's request type has no protocol loaded.
-	ErrUnknownProtocol = errors.New("unknown protocol")
+	// ErrUnknownWorkflow: the job's workflow version cannot be found.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
 )
 
 // setJobStatus moves the job and records the transition.
@@ -132,32 +137,4 @@ func setStepStatus(tx *ledger.Tx, s *ledger.Step, to ledger.StepStatus, reason s
 	if to.Terminal() {
 		s.CompletedAt = now
 	}
-}
-
-// cancelPendingSteps closes steps that will never run because the job ended.
-func cancelPendingSteps(ctx context.Context, tx *ledger.Tx, steps []ledger.Step, reason string, now time.Time) error {
-	for i := range steps {
-		s := &steps[i]
-		if s.Status == ledger.StepPending || s.Status == ledger.StepReady {
-			setStepStatus(tx, s, ledger.StepCancelled, reason, now)
-			s.Reason = reason
-			if err := tx.UpdateStep(ctx, s); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func findStep(steps []ledger.Step, id string) (*ledger.Step, int) {
-	for i := range steps {
-		if steps[i].StepID == id {
-			return &steps[i], i
-		}
-	}
-	return nil, -1
-}
-
-func stepNotFound(jobID, stepID string) error {
-	return fmt.Errorf("job %s has no step %q: %w", jobID, stepID, ErrUnknownStep)
 }

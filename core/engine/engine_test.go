@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }
@@ -27,6 +29,7 @@ type fixture struct {
 	t     *testing.T
 	ctx   context.Context
 	store *ledger.Store
+	reg   *registry.Registry
 	eng   *engine.Engine
 }
 
@@ -35,25 +38,40 @@ func setup(t *testing.T) *fixture {
 	pool := pgtest.NewPool(t)
 	store := ledger.New(pool, nil)
 	t.Cleanup(store.Close)
+	reg := registry.New(store)
+	if _, err := reg.Load(context.Background(), workflow.BuiltinFiles()); err != nil {
+		t.Fatal(err)
+	}
 	eng, err := engine.New(store, engine.Config{
-		Protocols:     protocol.Builtin(),
+		Definitions:   reg,
 		Callbacks:     engine.Callbacks{GRPCTarget: "dns:///orchestrator:9091", RESTBaseURL: "http://orchestrator:8081"},
 		WorkspaceRoot: "file:///tmp/ws",
-		RetryBackoff:  time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: context.Background(), store: store, eng: eng}
+	return &fixture{t: t, ctx: context.Background(), store: store, reg: reg, eng: eng}
 }
 
 // accept stores a request the way the gateway does and returns its queue message.
 func (f *fixture) accept(requestType string) *luciusv1.QueuedJob {
 	f.t.Helper()
-	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"summarize"}})
+	return f.acceptWith(requestType, map[string]any{"prompt_set": []any{"summarize"}}, "")
+}
+
+func (f *fixture) acceptWith(requestType string, inputs map[string]any, callbackURL string) *luciusv1.QueuedJob {
+	f.t.Helper()
+	def, err := f.reg.Get(f.ctx, requestType, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	payload, _ := structpb.NewStruct(inputs)
 	cmd := &luciusv1.Command{TenantId: "Acme", RequestType: requestType, InputRef: "file:///in.txt",
-		OutputRef: "file:///out.json", Payload: payload, SchemaVersion: "1"}
+		OutputRef: "file:///out.json", Payload: payload, SchemaVersion: "1", CallbackUrl: callbackURL}
 	d, err := routing.Resolve(routing.Input{TenantID: cmd.TenantId})
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -64,7 +82,8 @@ func (f *fixture) accept(requestType string) *luciusv1.QueuedJob {
 	q := &luciusv1.QueuedJob{JobId: jobID, Command: cmd, Routing: engine.RoutingToProto(pinned)}
 	body, _ := protojson.Marshal(q)
 	_, err = f.store.Accept(f.ctx, ledger.Request{JobID: jobID, TenantID: "acme", RequestHash: "h", RequestType: requestType,
-		InputRef: cmd.InputRef, OutputRef: cmd.OutputRef, Command: raw, Routing: pinned},
+		WorkflowVersion: def.Version, InputRef: cmd.InputRef, OutputRef: cmd.OutputRef, CallbackURL: callbackURL,
+		Command: raw, Routing: pinned},
 		ledger.OutboxMessage{MessageID: "job/" + jobID, Destination: "orchestrator-jobs", Kind: ledger.KindJobRequest, JobID: jobID, Body: body})
 	if err != nil {
 		f.t.Fatal(err)
@@ -84,9 +103,10 @@ func (f *fixture) create(q *luciusv1.QueuedJob) *ledger.Job {
 	return c.Job
 }
 
+// steps lists the job's executable steps (tasks and fan-out children).
 func (f *fixture) steps(jobID string) []ledger.StepWithAttempts {
 	f.t.Helper()
-	steps, err := f.store.ListSteps(f.ctx, jobID)
+	steps, err := f.store.ListSteps(f.ctx, jobID, ledger.StepFilter{Kinds: []string{ledger.KindTask, ledger.KindChild}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -152,7 +172,7 @@ func (f *fixture) events(jobID string) []ledger.Event {
 func (f *fixture) outbox(jobID string) []ledger.OutboxMessage {
 	f.t.Helper()
 	var out []ledger.OutboxMessage
-	msgs, err := f.store.ClaimOutbox(f.ctx, 1000, time.Minute)
+	msgs, err := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 1000, Lease: time.Minute})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -342,7 +362,7 @@ func TestNonRetryableFailureFailsJobAndCancelsPendingSteps(t *testing.T) {
 	if steps[1].Status != ledger.StepCancelled || steps[2].Status != ledger.StepCancelled || steps[1].AttemptNo != 0 {
 		t.Fatalf("later steps %s/%s", steps[1].Status, steps[2].Status)
 	}
-	if j := f.job(q.JobId); j.Reason != "ocr: boom" {
+	if j := f.job(q.JobId); j.Reason != "step ocr failed: boom" {
 		t.Fatalf("job reason %q", j.Reason)
 	}
 }
@@ -352,16 +372,16 @@ func TestRetryableFailureRetriesWithPinnedRoutingUntilExhausted(t *testing.T) {
 	f := setup(t)
 	q := f.accept("OCR")
 	job := f.create(q)
-	for attempt := 1; attempt <= protocol.DefaultMaxAttempts; attempt++ {
+	for attempt := 1; attempt <= workflow.DefaultMaxAttempts; attempt++ {
 		s := f.current(q.JobId)
 		if s.AttemptNo != attempt {
 			t.Fatalf("attempt %d in flight, want %d", s.AttemptNo, attempt)
 		}
 		r := f.result(q.JobId, s.StepID, attempt, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
-		if attempt < protocol.DefaultMaxAttempts && (r.StepStatus != ledger.StepDispatching || r.JobStatus == ledger.JobFailedFinal) {
+		if attempt < workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepDispatching || r.JobStatus == ledger.JobFailedFinal) {
 			t.Fatalf("attempt %d: %+v", attempt, r)
 		}
-		if attempt == protocol.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal) {
+		if attempt == workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal) {
 			t.Fatalf("last attempt: %+v", r)
 		}
 	}
@@ -496,7 +516,7 @@ func TestMarkSentMovesJobAndStepOn(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	q := f.accept("OCR")
-	msgs, err := f.store.ClaimOutbox(f.ctx, 10, time.Minute)
+	msgs, err := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute})
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("claim: %v, %d messages", err, len(msgs))
 	}
@@ -507,11 +527,11 @@ func TestMarkSentMovesJobAndStepOn(t *testing.T) {
 		t.Fatalf("published request shows %s, want QUEUED", got)
 	}
 	f.create(q)
-	msgs, err = f.store.ClaimOutbox(f.ctx, 10, time.Minute)
+	msgs, err = f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute})
 	if err != nil || len(msgs) != 1 || msgs[0].Kind != ledger.KindDirective {
 		t.Fatalf("claim directive: %v %+v", err, msgs)
 	}
-	if again, _ := f.store.ClaimOutbox(f.ctx, 10, time.Minute); len(again) != 0 {
+	if again, _ := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute}); len(again) != 0 {
 		t.Fatal("a leased outbox message was claimed twice")
 	}
 	if err := f.store.MarkSent(f.ctx, msgs); err != nil {
@@ -585,17 +605,21 @@ func assertTerminalNeverChanged(t *testing.T, events []ledger.Event) {
 	}
 }
 
-func TestUnknownProtocolFailsTheJobWithAReason(t *testing.T) {
+// A request pinned to a workflow version this orchestrator cannot find
+// (configuration drift) fails with a reason instead of being lost.
+func TestMissingWorkflowVersionFailsTheJobWithAReason(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	q := f.accept("OCR")
-	q.Command.RequestType = "RETIRED_TYPE"
+	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE requests SET workflow_version = 42`); err != nil {
+		t.Fatal(err)
+	}
 	c, err := f.eng.CreateJob(f.ctx, q, "orch-a")
 	if err != nil || !c.New {
 		t.Fatalf("create: %v %+v", err, c)
 	}
 	j := f.job(q.JobId)
-	if j.Status != ledger.JobFailedFinal || j.Reason == "" || j.CompletedAt.IsZero() {
+	if j.Status != ledger.JobFailedFinal || !strings.Contains(j.Reason, "OCR@42") || j.CompletedAt.IsZero() {
 		t.Fatalf("job %+v", j)
 	}
 }

@@ -8,11 +8,26 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ClaimOutbox leases up to limit unsent messages for lease: other dispatchers
-// skip them until the lease runs out, so a dispatcher that dies mid-publish only
-// delays its batch. Publishing twice is harmless: message ids are stable.
-func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]OutboxMessage, error) {
-	rows, err := s.pool.Query(ctx, sqlClaimOutbox, limit, lease.Seconds())
+// OutboxClaim says which unsent messages to claim.
+type OutboxClaim struct {
+	Limit int
+	// Lease hides the claimed messages from other claimers for this long.
+	Lease time.Duration
+	// Kinds claims only these kinds (all when empty); Exclude claims every kind but these.
+	Kinds   []string
+	Exclude bool
+}
+
+// ClaimOutbox leases up to Limit unsent messages: other dispatchers skip them
+// until the lease runs out, so a dispatcher that dies mid-publish only delays
+// its batch. Publishing twice is harmless: message ids are stable.
+func (s *Store) ClaimOutbox(ctx context.Context, c OutboxClaim) ([]OutboxMessage, error) {
+	kinds := c.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	include := !c.Exclude && len(kinds) > 0 // no kinds named, none excluded: all
+	rows, err := s.pool.Query(ctx, sqlClaimOutbox, c.Limit, c.Lease.Seconds(), kinds, include)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
@@ -89,6 +104,22 @@ func (s *Store) ReleaseOutbox(ctx context.Context, id int64, cause string, retry
 		return fmt.Errorf("release outbox %d: %w", id, err)
 	}
 	return nil
+}
+
+// AbandonOutbox gives up on a message for good, recording why.
+func (s *Store) AbandonOutbox(ctx context.Context, id int64, cause string) error {
+	if _, err := s.pool.Exec(ctx, sqlAbandonOutbox, id, cause); err != nil {
+		return fmt.Errorf("abandon outbox %d: %w", id, err)
+	}
+	return nil
+}
+
+// RecordEvents appends events outside any state change (e.g. a delivery attempt).
+func (s *Store) RecordEvents(ctx context.Context, events ...Event) error {
+	return s.InTx(ctx, func(tx *Tx) error {
+		tx.Append(events...)
+		return nil
+	})
 }
 
 // PurgeSentOutbox deletes up to limit messages sent more than olderThan ago.

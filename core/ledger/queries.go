@@ -9,19 +9,20 @@ import (
 
 // Column lists shared by every query that scans the same struct.
 const (
-	jobColumns = `job_id, tenant_id, request_type, protocol_id, protocol_version, status,
+	jobColumns = `job_id, tenant_id, request_type, workflow_id, workflow_version, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
 	cancel_requested_at, created_at, updated_at, completed_at`
 
-	stepColumns = `job_id, step_id, step_index, step_type, service, status, attempt_no,
-	coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, output, artifacts, failure_class, reason,
-	created_at, updated_at, started_at, completed_at`
+	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
+	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
+	failure_class, reason, expanded, children_total, children_pending, children_running, children_succeeded,
+	children_failed, created_at, updated_at, started_at, completed_at`
 
 	attemptColumns = `job_id, step_id, attempt_no, lease_id::text, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
-	worker_id, failure_class, reason, created_at, ack_deadline, acked_at, completed_at`
+	worker_id, failure_class, reason, created_at, ack_deadline, acked_at, lease_expires_at, completed_at`
 
 	eventColumns = `event_id, job_id, step_id, attempt_no, type, from_status, to_status, reason, data, created_at`
 
@@ -32,7 +33,7 @@ const (
 	// accepted request shows RECEIVED until its job-request message is published,
 	// then QUEUED, or CANCELLING once a cancel was asked for.
 	jobView = `SELECT r.job_id, r.tenant_id, r.request_type,
-	coalesce(j.protocol_id, '') AS protocol_id, coalesce(j.protocol_version, 0) AS protocol_version,
+	coalesce(j.workflow_id, r.request_type) AS workflow_id, coalesce(j.workflow_version, r.workflow_version) AS workflow_version,
 	CASE WHEN j.job_id IS NOT NULL THEN j.status
 	     WHEN r.cancel_requested_at IS NOT NULL THEN 'CANCELLING'
 	     WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = r.job_id AND o.kind = 'job-request' AND o.sent_at IS NULL) THEN 'RECEIVED'
@@ -50,16 +51,16 @@ const (
 
 const (
 	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
-	input_ref, output_ref, doc_id, correlation_id, callback_url, command,
+	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING received_at`
 
 	sqlRequestHash = `SELECT request_hash FROM requests WHERE job_id = $1`
 
 	sqlLockRequest = `SELECT job_id, tenant_id, coalesce(idempotency_key, ''), request_hash, request_type,
-	input_ref, output_ref, doc_id, correlation_id, callback_url, command,
+	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	cancel_requested_at, received_at
 	FROM requests WHERE job_id = $1 FOR UPDATE`
@@ -70,7 +71,7 @@ const (
 
 	sqlLockJob = `SELECT ` + jobColumns + ` FROM jobs WHERE job_id = $1 FOR UPDATE`
 
-	sqlInsertJob = `INSERT INTO jobs (job_id, tenant_id, request_type, protocol_id, protocol_version, status,
+	sqlInsertJob = `INSERT INTO jobs (job_id, tenant_id, request_type, workflow_id, workflow_version, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at)
@@ -81,22 +82,50 @@ const (
 	cancel_requested_at = $6, completed_at = $7, updated_at = now()
 	WHERE job_id = $1`
 
-	sqlSteps = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 ORDER BY step_index, step_id`
+	// sqlNodeSteps reads a job's workflow nodes, not the fan-out children.
+	sqlNodeSteps = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 AND parent_step_id = ''
+	ORDER BY step_index, step_id`
 
-	sqlUpdateStep = `UPDATE steps SET status = $3, attempt_no = $4, lease_id = $5, output = $6, artifacts = $7,
-	failure_class = $8, reason = $9, started_at = $10, completed_at = $11, updated_at = now()
+	sqlStep = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 AND step_id = $2`
+
+	// sqlListSteps pages a job's steps in definition order, each node's
+	// children after it; kinds filters (empty: all).
+	sqlListSteps = `SELECT ` + stepColumns + ` FROM steps
+	WHERE job_id = $1 AND (cardinality($2::text[]) = 0 OR kind = ANY($2))
+	  AND (step_index, child_index, step_id) > ($3, $4, $5)
+	ORDER BY step_index, child_index, step_id
+	LIMIT $6`
+
+	sqlPendingChildren = `SELECT ` + stepColumns + ` FROM steps
+	WHERE job_id = $1 AND parent_step_id = $2 AND status = 'PENDING'
+	ORDER BY child_index LIMIT $3`
+
+	sqlChildResults = `SELECT output, artifacts FROM steps
+	WHERE job_id = $1 AND parent_step_id = $2 ORDER BY child_index`
+
+	// sqlCancelPending closes every step of a job that never started.
+	sqlCancelPending = `UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now(),
+	children_pending = 0
+	WHERE job_id = $1 AND status IN ('PENDING', 'READY')
+	RETURNING step_id, parent_step_id`
+
+	sqlUpdateStep = `UPDATE steps SET status = $3, attempt_no = $4, lease_id = $5, params = $6, output = $7,
+	artifacts = $8, failure_class = $9, reason = $10, expanded = $11, children_total = $12,
+	children_pending = $13, children_running = $14, children_succeeded = $15, children_failed = $16,
+	started_at = $17, completed_at = $18, updated_at = now()
 	WHERE job_id = $1 AND step_id = $2`
 
 	sqlAttempt = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
 
-	sqlAttemptsOfJob = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 ORDER BY step_id, attempt_no`
+	sqlAttemptsOfSteps = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 AND step_id = ANY($2)
+	ORDER BY step_id, attempt_no`
 
 	sqlInsertAttempt = `INSERT INTO attempts (job_id, step_id, attempt_no, lease_id, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, ack_deadline)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 	sqlUpdateAttempt = `UPDATE attempts SET status = $4, worker_id = $5, failure_class = $6, reason = $7,
-	acked_at = $8, completed_at = $9
+	acked_at = $8, lease_expires_at = $9, completed_at = $10
 	WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
 
 	sqlGetJob = jobView + ` WHERE r.job_id = $1`
@@ -129,9 +158,11 @@ const (
 	FROM c WHERE j.job_id = c.job_id
 	RETURNING j.job_id, c.previous_owner, j.owner_epoch`
 
+	// sqlClaimOutbox takes the kinds in $3 (when $4) or all but them (when not $4).
 	sqlClaimOutbox = `WITH c AS (
 		SELECT id FROM outbox
-		WHERE sent_at IS NULL AND available_at <= now()
+		WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
+		  AND (kind = ANY($3)) = $4
 		ORDER BY available_at, id
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED)
@@ -164,18 +195,43 @@ const (
 	sqlReleaseOutbox = `UPDATE outbox SET available_at = now() + make_interval(secs => $3), last_error = $2
 	WHERE id = $1 AND sent_at IS NULL`
 
+	sqlAbandonOutbox = `UPDATE outbox SET dead_at = now(), last_error = $2 WHERE id = $1 AND sent_at IS NULL`
+
 	sqlPurgeSent = `DELETE FROM outbox WHERE id IN (
 		SELECT id FROM outbox WHERE sent_at < now() - make_interval(secs => $1) LIMIT $2)`
 
+	sqlPutDefinition = `INSERT INTO workflow_definitions (workflow_id, version, source, source_sha256)
+	VALUES ($1, $2, $3, $4) ON CONFLICT (workflow_id, version) DO NOTHING`
+
+	sqlDefinitionHash = `SELECT source_sha256 FROM workflow_definitions WHERE workflow_id = $1 AND version = $2`
+
+	sqlGetDefinition = `SELECT workflow_id, version, source, source_sha256, registered_at FROM workflow_definitions
+	WHERE workflow_id = $1 AND ($2 = 0 OR version = $2) ORDER BY version DESC LIMIT 1`
+
+	sqlListDefinitions = `SELECT DISTINCT ON (workflow_id) workflow_id, version, source, source_sha256, registered_at
+	FROM workflow_definitions WHERE workflow_id > $1 ORDER BY workflow_id, version DESC LIMIT $2`
+
+	sqlListVersions = `SELECT workflow_id, version, source, source_sha256, registered_at FROM workflow_definitions
+	WHERE workflow_id = $1 ORDER BY version DESC`
+
+	sqlPutHandler = `INSERT INTO handlers (name, service, description) VALUES ($1, $2, $3)
+	ON CONFLICT (name) DO UPDATE SET description = excluded.description, updated_at = now()
+	WHERE handlers.service = excluded.service
+	RETURNING service`
+
+	sqlHandlerService = `SELECT service FROM handlers WHERE name = $1`
+
+	sqlHandlers = `SELECT name, service, description FROM handlers ORDER BY name`
+
 	sqlOutboxBacklog = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
-	FROM outbox WHERE sent_at IS NULL`
+	FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL`
 )
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	var heartbeat, cancelAt, completedAt *time.Time
 	var payload []byte
-	err := row.Scan(&j.JobID, &j.TenantID, &j.RequestType, &j.ProtocolID, &j.ProtocolVersion, &j.Status,
+	err := row.Scan(&j.JobID, &j.TenantID, &j.RequestType, &j.WorkflowID, &j.WorkflowVersion, &j.Status,
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
@@ -191,16 +247,18 @@ func scanJob(row pgx.Row) (*Job, error) {
 func scanStep(row pgx.Row) (Step, error) {
 	var s Step
 	var ackMS int64
-	var output, artifacts []byte
+	var params, output, artifacts []byte
 	var started, completed *time.Time
-	err := row.Scan(&s.JobID, &s.StepID, &s.Index, &s.Type, &s.Service, &s.Status, &s.AttemptNo, &s.LeaseID,
-		&s.MaxAttempts, &ackMS, &output, &artifacts, &s.FailureClass, &s.Reason, &s.CreatedAt, &s.UpdatedAt,
-		&started, &completed)
+	c := &s.Children
+	err := row.Scan(&s.JobID, &s.StepID, &s.NodeID, &s.Kind, &s.Parent, &s.ChildNo, &s.Index, &s.Type, &s.Service,
+		&s.Status, &s.AttemptNo, &s.LeaseID, &s.MaxAttempts, &ackMS, &params, &output, &artifacts,
+		&s.FailureClass, &s.Reason, &s.Expanded, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed,
+		&s.CreatedAt, &s.UpdatedAt, &started, &completed)
 	if err != nil {
 		return s, err
 	}
 	s.AckTimeout = time.Duration(ackMS) * time.Millisecond
-	s.Output = output
+	s.Params, s.Output = params, output
 	if err := json.Unmarshal(artifacts, &s.Artifacts); err != nil {
 		return s, err
 	}
@@ -210,14 +268,15 @@ func scanStep(row pgx.Row) (Step, error) {
 
 func scanAttempt(row pgx.Row) (*Attempt, error) {
 	var a Attempt
-	var deadline, acked, completed *time.Time
+	var deadline, acked, lease, completed *time.Time
 	err := row.Scan(&a.JobID, &a.StepID, &a.AttemptNo, &a.LeaseID, &a.Status,
 		&a.Routing.Mode, &a.Routing.Partition, &a.Routing.RoutingKey, &a.Routing.Topic, &a.Routing.DecisionSource,
-		&a.Routing.DecisionReason, &a.WorkerID, &a.FailureClass, &a.Reason, &a.CreatedAt, &deadline, &acked, &completed)
+		&a.Routing.DecisionReason, &a.WorkerID, &a.FailureClass, &a.Reason, &a.CreatedAt, &deadline, &acked, &lease, &completed)
 	if err != nil {
 		return nil, err
 	}
 	a.AckDeadline, a.AckedAt, a.CompletedAt = derefTime(deadline), derefTime(acked), derefTime(completed)
+	a.LeaseExpiresAt = derefTime(lease)
 	return &a, nil
 }
 

@@ -25,7 +25,7 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage) (Accep
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var received time.Time
 		err := tx.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
-			r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
+			r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
 			r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
 			r.Routing.DecisionReason).Scan(&received)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -102,10 +102,30 @@ type StepWithAttempts struct {
 	Attempts []Attempt
 }
 
-// ListSteps returns a job's steps in order with their attempts. A job not yet
-// created by an orchestrator has none.
-func (s *Store) ListSteps(ctx context.Context, jobID string) ([]StepWithAttempts, error) {
-	rows, err := s.pool.Query(ctx, sqlSteps, jobID)
+// StepFilter selects and pages a job's steps.
+type StepFilter struct {
+	// Kinds keeps only these kinds (empty: all).
+	Kinds []string
+	Limit int
+	// After continues after this step (its definition index, child index and id).
+	AfterIndex, AfterChild int
+	AfterStepID            string
+}
+
+// ListSteps returns a job's steps in definition order (each fan-out's children
+// after it) with their attempts. A job not yet created by an orchestrator has none.
+func (s *Store) ListSteps(ctx context.Context, jobID string, f StepFilter) ([]StepWithAttempts, error) {
+	if f.Limit == 0 {
+		f.Limit = 1 << 30
+	}
+	if f.Kinds == nil {
+		f.Kinds = []string{}
+	}
+	afterIndex := f.AfterIndex
+	if f.AfterStepID == "" {
+		afterIndex = -1
+	}
+	rows, err := s.pool.Query(ctx, sqlListSteps, jobID, f.Kinds, afterIndex, f.AfterChild, f.AfterStepID, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
 	}
@@ -113,7 +133,14 @@ func (s *Store) ListSteps(ctx context.Context, jobID string) ([]StepWithAttempts
 	if err != nil {
 		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
 	}
-	rows, err = s.pool.Query(ctx, sqlAttemptsOfJob, jobID)
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(steps))
+	for i, st := range steps {
+		ids[i] = st.StepID
+	}
+	rows, err = s.pool.Query(ctx, sqlAttemptsOfSteps, jobID, ids)
 	if err != nil {
 		return nil, fmt.Errorf("attempts of %s: %w", jobID, err)
 	}

@@ -29,7 +29,7 @@ func (t *Tx) LockRequest(ctx context.Context, jobID string) (*Request, time.Time
 	var r Request
 	var cancelAt *time.Time
 	err := t.tx.QueryRow(ctx, sqlLockRequest, jobID).Scan(&r.JobID, &r.TenantID, &r.IdempotencyKey, &r.RequestHash,
-		&r.RequestType, &r.InputRef, &r.OutputRef, &r.DocID, &r.CorrelationID, &r.CallbackURL, &r.Command,
+		&r.RequestType, &r.WorkflowVersion, &r.InputRef, &r.OutputRef, &r.DocID, &r.CorrelationID, &r.CallbackURL, &r.Command,
 		&r.Routing.Mode, &r.Routing.Partition, &r.Routing.RoutingKey, &r.Routing.Topic, &r.Routing.DecisionSource,
 		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt)
 	if isNoRows(err) {
@@ -64,7 +64,7 @@ func (t *Tx) LockJob(ctx context.Context, jobID string) (*Job, error) {
 
 // InsertJob creates the job unless it exists; it reports whether it did.
 func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
-	tag, err := t.tx.Exec(ctx, sqlInsertJob, j.JobID, j.TenantID, j.RequestType, j.ProtocolID, j.ProtocolVersion,
+	tag, err := t.tx.Exec(ctx, sqlInsertJob, j.JobID, j.TenantID, j.RequestType, j.WorkflowID, j.WorkflowVersion,
 		j.Status, j.Routing.Mode, j.Routing.Partition, j.Routing.RoutingKey, j.Routing.Topic, j.Routing.DecisionSource,
 		j.Routing.DecisionReason, j.InputRef, j.OutputRef, j.DocID, j.CorrelationID, j.CallbackURL, jsonOrEmpty(j.Payload),
 		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
@@ -88,12 +88,69 @@ func (t *Tx) UpdateJob(ctx context.Context, j *Job) error {
 	return nil
 }
 
-// Steps returns the job's steps in order. Call LockJob first: the job lock
-// guards its steps.
-func (t *Tx) Steps(ctx context.Context, jobID string) ([]Step, error) {
-	rows, err := t.tx.Query(ctx, sqlSteps, jobID)
+// NodeSteps returns the job's workflow-node steps (not fan-out children) in
+// definition order. Call LockJob first: the job lock guards its steps.
+func (t *Tx) NodeSteps(ctx context.Context, jobID string) ([]Step, error) {
+	return t.steps(ctx, sqlNodeSteps, jobID)
+}
+
+// Step returns one step (a node or a fan-out child).
+func (t *Tx) Step(ctx context.Context, jobID, stepID string) (*Step, error) {
+	st, err := scanStep(t.tx.QueryRow(ctx, sqlStep, jobID, stepID))
+	if isNoRows(err) {
+		return nil, fmt.Errorf("step %s/%s: %w", jobID, stepID, ErrNotFound)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("steps of %s: %w", jobID, err)
+		return nil, fmt.Errorf("step %s/%s: %w", jobID, stepID, err)
+	}
+	return &st, nil
+}
+
+// PendingChildren returns up to limit children of a fan-out step that have
+// not started, in index order.
+func (t *Tx) PendingChildren(ctx context.Context, jobID, parent string, limit int) ([]Step, error) {
+	return t.steps(ctx, sqlPendingChildren, jobID, parent, limit)
+}
+
+// ChildResult is what one fan-out child produced.
+type ChildResult struct {
+	Output    json.RawMessage
+	Artifacts []Artifact
+}
+
+// ChildResults returns every child's output and artifacts, in index order.
+func (t *Tx) ChildResults(ctx context.Context, jobID, parent string) ([]ChildResult, error) {
+	rows, err := t.tx.Query(ctx, sqlChildResults, jobID, parent)
+	if err != nil {
+		return nil, fmt.Errorf("children of %s/%s: %w", jobID, parent, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChildResult, error) {
+		var r ChildResult
+		var artifacts []byte
+		if err := row.Scan(&r.Output, &artifacts); err != nil {
+			return r, err
+		}
+		return r, json.Unmarshal(artifacts, &r.Artifacts)
+	})
+}
+
+// CancelPending closes every step of the job that never started (nodes and
+// children) and returns their ids.
+func (t *Tx) CancelPending(ctx context.Context, jobID, reason string) ([]string, error) {
+	rows, err := t.tx.Query(ctx, sqlCancelPending, jobID, reason)
+	if err != nil {
+		return nil, fmt.Errorf("cancel pending steps of %s: %w", jobID, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var id, parent string
+		return id, row.Scan(&id, &parent)
+	})
+}
+
+func (t *Tx) steps(ctx context.Context, query string, args ...any) ([]Step, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("steps: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) { return scanStep(row) })
 }
@@ -106,11 +163,17 @@ func (t *Tx) InsertSteps(ctx context.Context, steps []Step) error {
 		if err != nil {
 			return err
 		}
-		rows[i] = []any{s.JobID, s.StepID, s.Index, s.Type, s.Service, string(s.Status), s.AttemptNo, nullUUID(s.LeaseID),
-			s.MaxAttempts, s.AckTimeout.Milliseconds(), artifacts}
+		c := s.Children
+		rows[i] = []any{s.JobID, s.StepID, s.NodeID, s.Kind, s.Parent, s.ChildNo, s.Index, s.Type, s.Service,
+			string(s.Status), s.AttemptNo, nullUUID(s.LeaseID), s.MaxAttempts, s.AckTimeout.Milliseconds(),
+			jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.Expanded, c.Total, c.Pending, c.Running,
+			c.Succeeded, c.Failed, nullTime(s.CompletedAt)}
 	}
-	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{"steps"}, []string{"job_id", "step_id", "step_index", "step_type",
-		"service", "status", "attempt_no", "lease_id", "max_attempts", "ack_timeout_ms", "artifacts"}, pgx.CopyFromRows(rows))
+	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{"steps"}, []string{"job_id", "step_id", "node_id", "kind",
+		"parent_step_id", "child_index", "step_index", "step_type", "service", "status", "attempt_no", "lease_id",
+		"max_attempts", "ack_timeout_ms", "params", "output", "artifacts", "expanded", "children_total",
+		"children_pending", "children_running", "children_succeeded", "children_failed", "completed_at"},
+		pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("insert steps: %w", err)
 	}
@@ -123,8 +186,10 @@ func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
 	if err != nil {
 		return err
 	}
+	c := s.Children
 	tag, err := t.tx.Exec(ctx, sqlUpdateStep, s.JobID, s.StepID, s.Status, s.AttemptNo, nullUUID(s.LeaseID),
-		jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason, nullTime(s.StartedAt), nullTime(s.CompletedAt))
+		jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason, s.Expanded,
+		c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt))
 	if err != nil {
 		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, err)
 	}
@@ -157,7 +222,7 @@ func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
 // UpdateAttempt writes an attempt's mutable fields. Routing never changes.
 func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
 	tag, err := t.tx.Exec(ctx, sqlUpdateAttempt, a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID,
-		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.CompletedAt))
+		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt))
 	if err != nil {
 		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
 	}

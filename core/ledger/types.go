@@ -71,12 +71,19 @@ const (
 	EventCallbackDuplicate = "CALLBACK_DUPLICATE"
 	EventOwnerChanged      = "OWNER_CHANGED"
 	EventCancelRequested   = "CANCEL_REQUESTED"
+	EventBranchTaken       = "BRANCH_TAKEN"
+	EventFanOutExpanded    = "FAN_OUT_EXPANDED"
+	EventStepsCancelled    = "STEPS_CANCELLED"
+	EventCallbackDelivery  = "CALLBACK_DELIVERY"
 )
 
 // Outbox message kinds.
 const (
 	KindJobRequest = "job-request" // accepted command → orchestrator-jobs queue
 	KindDirective  = "directive"   // attempt → directive topic
+	// KindCompletion is the POST of a terminal job's {job_id, status, result_ref}
+	// to its callback_url; Destination holds the URL.
+	KindCompletion = "completion-callback"
 )
 
 // Routing is a pinned routing decision.
@@ -96,30 +103,33 @@ type Request struct {
 	IdempotencyKey string
 	RequestHash    string
 	RequestType    string
-	InputRef       string
-	OutputRef      string
-	DocID          string
-	CorrelationID  string
-	CallbackURL    string
-	Command        json.RawMessage // protojson of the envelope
-	Routing        Routing
-	ReceivedAt     time.Time
+	// WorkflowVersion pins the version of the request type's workflow.
+	WorkflowVersion int
+	InputRef        string
+	OutputRef       string
+	DocID           string
+	CorrelationID   string
+	CallbackURL     string
+	Command         json.RawMessage // protojson of the envelope
+	Routing         Routing
+	ReceivedAt      time.Time
 }
 
 // Job is a claimed, executing (or finished) request.
 type Job struct {
-	JobID             string
-	TenantID          string
-	RequestType       string
-	ProtocolID        string
-	ProtocolVersion   int
-	Status            JobStatus
-	Routing           Routing
-	InputRef          string
-	OutputRef         string
-	DocID             string
-	CorrelationID     string
-	CallbackURL       string
+	JobID           string
+	TenantID        string
+	RequestType     string
+	WorkflowID      string
+	WorkflowVersion int
+	Status          JobStatus
+	Routing         Routing
+	InputRef        string
+	OutputRef       string
+	DocID           string
+	CorrelationID   string
+	CallbackURL     string
+	// Payload is the workflow inputs: the command's payload with defaults applied.
 	Payload           json.RawMessage
 	OwnerID           string
 	OwnerEpoch        int64
@@ -142,11 +152,27 @@ type Artifact struct {
 	SHA256    string `json:"sha256,omitempty"`
 }
 
-// Step is one unit of a job.
+// Step kinds: a workflow node's type, or KindChild for a fan-out child.
+const (
+	KindStart       = "start"
+	KindEnd         = "end"
+	KindTask        = "task"
+	KindConditional = "conditional"
+	KindFanOut      = "fan_out"
+	KindFanIn       = "fan_in"
+	KindChild       = "child"
+)
+
+// Step is one workflow node of a job, or one child of a fan-out node.
 type Step struct {
-	JobID        string
-	StepID       string
-	Index        int
+	JobID   string
+	StepID  string
+	NodeID  string
+	Kind    string
+	Parent  string // the fan-out step of a child
+	ChildNo int    // a child's index
+	Index   int    // the node's position in the definition
+	// Type is the handler of a task or child, or the node type.
 	Type         string
 	Service      string
 	Status       StepStatus
@@ -154,15 +180,27 @@ type Step struct {
 	LeaseID      string
 	MaxAttempts  int
 	AckTimeout   time.Duration
-	Output       json.RawMessage // JSON object or nil
+	Params       json.RawMessage // the rendered params sent as the directive's payload
+	Output       json.RawMessage
 	Artifacts    []Artifact
 	FailureClass string
 	Reason       string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	StartedAt    time.Time
-	CompletedAt  time.Time
+	// Fan-out nodes: whether children exist, and how many are in each state.
+	Expanded    bool
+	Children    Children
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
 }
+
+// Children counts a fan-out's children by state.
+type Children struct {
+	Total, Pending, Running, Succeeded, Failed int
+}
+
+// Executable reports whether the step dispatches work to a worker.
+func (s *Step) Executable() bool { return s.Kind == KindTask || s.Kind == KindChild }
 
 // Attempt is one dispatch of a step under a lease.
 type Attempt struct {
@@ -178,7 +216,9 @@ type Attempt struct {
 	CreatedAt    time.Time
 	AckDeadline  time.Time
 	AckedAt      time.Time
-	CompletedAt  time.Time
+	// LeaseExpiresAt is when an acknowledged attempt's execution times out.
+	LeaseExpiresAt time.Time
+	CompletedAt    time.Time
 }
 
 // Event is one entry of a job's audit trail.

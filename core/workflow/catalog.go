@@ -144,3 +144,26 @@ func joinErrs(errs []error) error {
 }
 
 func readFile(fsys fs.FS, name string) ([]byte, error) { return fs.ReadFile(fsys, name) }
+
+// Services lists the services owning the catalog's handlers, sorted.
+func (c *HandlerCatalog) Services() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, h := range c.List() {
+		if !seen[h.Service] {
+			seen[h.Service] = true
+			out = append(out, h.Service)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BuiltinServices lists the services owning the built-in handlers.
+func BuiltinServices() []string {
+	c := NewCatalog()
+	if _, err := LoadDir(BuiltinFiles(), c); err != nil {
+		panic(fmt.Sprintf("built-in workflows are invalid: %v", err))
+	}
+	return c.Services()
+}

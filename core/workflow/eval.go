@@ -211,7 +211,7 @@ func (e *evaluator) fanOutProgress(n *Node, ns *NodeState) bool {
 	c := &ns.Children
 	switch {
 	case c.Failed > 0:
-		ns.Status = FailedFinal // fail-fast: the job fails, unstarted children never start
+		e.resolve(n, FailedFinal, nil) // fail-fast: the job fails, unstarted children never start
 		e.noteFailure(n)
 		return true
 	case c.Succeeded == c.Total:

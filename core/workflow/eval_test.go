@@ -136,7 +136,7 @@ func TestEvaluate(t *testing.T) {
 			"succeeded:f succeeded:gather dispatch:agg"},
 		{"a failed child fails fast", fanYAML, State{Nodes: map[string]*NodeState{"S": ok(nil), "plan": ok(nil),
 			"f": {Status: InProgress, Expanded: true, Children: Children{Total: 5, Pending: 2, Running: 1, Succeeded: 1, Failed: 1}}}},
-			"fail"},
+			"failed_final:f fail"},
 		{"empty fan_out succeeds at once", fanYAML, State{Nodes: map[string]*NodeState{"S": ok(nil), "plan": ok(map[string]any{"items": []any{}})}},
 			"expand:f:0 succeeded:f succeeded:gather dispatch:agg"},
 		{"fan_out over a non-array fails", fanYAML, State{Nodes: map[string]*NodeState{"S": ok(nil), "plan": ok(map[string]any{"items": "nope"})}},

@@ -39,7 +39,7 @@ func TestKilledOrchestratorsJobsFinishOnTheOther(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for victim == "" {
 		err := s.pool.QueryRow(s.ctx, `SELECT j.job_id FROM jobs j JOIN steps st ON st.job_id = j.job_id
-			WHERE j.owner_id = 'orchestrator-1' AND j.completed_at IS NULL AND st.step_index = 0 AND st.status = 'IN_PROGRESS'
+			WHERE j.owner_id = 'orchestrator-1' AND j.completed_at IS NULL AND st.step_id = 'ocr' AND st.status = 'IN_PROGRESS'
 			LIMIT 1`).Scan(&victim)
 		if err != nil && time.Now().After(deadline) {
 			t.Fatalf("orchestrator-1 never owned a running job: %v", err)

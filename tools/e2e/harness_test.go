@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,7 +25,6 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
@@ -71,17 +69,18 @@ func buildBinaries(dir string) error {
 	return nil
 }
 
-// manualProtocol is a one-step protocol owned by a service no worker serves, so
-// a test can play the worker itself and hold a step in flight.
-const manualProtocol = `protocol_id: E2E_MANUAL
+// manualWorkflow is a one-step workflow whose handler no worker serves, so a
+// test can play the worker itself and hold a step in flight.
+const manualWorkflow = `workflow_id: E2E_MANUAL
 version: 1
 description: One step that the test answers itself.
-steps:
-  - id: manual
-    type: MANUAL
-    service: manual
-    ack_timeout_seconds: 300
+nodes:
+  START: {type: start, next: manual}
+  manual: {type: task, handler: MANUAL, ack_timeout_seconds: 300, next: END}
+  END: {type: end}
 `
+
+const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n"
 
 // suite is a running stack plus clients.
 type suite struct {
@@ -109,26 +108,16 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	protocols := filepath.Join(dir, "protocols")
-	if err := os.MkdirAll(protocols, 0o755); err != nil {
+	workflows := filepath.Join(dir, "workflows")
+	if err := os.MkdirAll(workflows, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := fs.WalkDir(protocol.BuiltinFiles(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	for name, body := range map[string]string{"E2E_MANUAL.yaml": manualWorkflow, "handlers.yaml": manualHandlers} {
+		if err := os.WriteFile(filepath.Join(workflows, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		b, err := fs.ReadFile(protocol.BuiltinFiles(), p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(protocols, p), b, 0o644)
-	}); err != nil {
-		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(protocols, "E2E_MANUAL.yaml"), []byte(manualProtocol), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"LUCIUS_PROTOCOLS_DIR": protocols, "LUCIUS_LOG_LEVEL": "debug"}
+	env := map[string]string{"LUCIUS_WORKFLOWS_DIR": workflows, "LUCIUS_LOG_LEVEL": "debug"}
 	for k, v := range opts.env {
 		env[k] = v
 	}

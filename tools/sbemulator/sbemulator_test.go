@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // The committed emulator file must be what the topology declares today.
 func TestCommittedEmulatorConfigIsCurrent(t *testing.T) {
 	t.Parallel()
-	want, err := Render(topology.Config{Services: protocol.Builtin().Services()})
+	want, err := Render(topology.Config{Services: workflow.BuiltinServices()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestCommittedEmulatorConfigIsCurrent(t *testing.T) {
 		t.Fatalf("%d queues and %d topics, want 1 and 33 (orchestrator-events + 32 directive topics)", len(ns.Queues), len(ns.Topics))
 	}
 	for _, topic := range ns.Topics {
-		if topic.Name != "orchestrator-events" && len(topic.Subscriptions) != 3 {
+		if topic.Name != "orchestrator-events" && len(topic.Subscriptions) != len(workflow.BuiltinServices()) {
 			t.Fatalf("topic %s has %d subscriptions, want one per service", topic.Name, len(topic.Subscriptions))
 		}
 	}

@@ -38,8 +38,11 @@ type Config struct {
 	PGPort int
 	// Ports: fixed ports (make up) or, when FreePorts, free ones (tests).
 	FreePorts     bool
-	Orchestrators int      // default 2
-	Workers       []string // default ocr, embedding, sis
+	Orchestrators int // default 2
+	// Workers lists the worker processes, each a service or a comma-separated
+	// list of services one process serves. Default: ocr, embedding, sis, and
+	// raster,tiles (the example workflows' services).
+	Workers []string
 	// Env is added to every process (timings, log level, worker settings).
 	Env map[string]string
 	// ProcessEnv is added to one process, by name (e.g. "orchestrator-1").
@@ -94,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Orchestrators = 2
 	}
 	if cfg.Workers == nil {
-		cfg.Workers = []string{"ocr", "embedding", "sis"}
+		cfg.Workers = []string{"ocr", "embedding", "sis", "raster,tiles"}
 	}
 	if cfg.Output == nil {
 		cfg.Output = io.Discard
@@ -184,8 +187,9 @@ func (s *Stack) plan() error {
 		"LUCIUS_SCHEDULER_GRPC_ADDR": schedGRPC, "LUCIUS_SCHEDULER_HTTP_ADDR": s.Endpoints.Scheduler})
 	for i, w := range s.cfg.Workers {
 		addr := port(8090 + i)
+		name := "worker-" + strings.ReplaceAll(w, ",", "-")
 		s.Endpoints.Workers[w] = addr
-		add("worker-"+w, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr})
+		add(name, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr})
 	}
 	for _, name := range s.order {
 		if _, err := os.Stat(s.procs[name].binary); err != nil {

@@ -83,7 +83,8 @@ type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tenant that owns the work. Normalized (trimmed, lower-cased) for routing and ids.
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	// Request type; names the protocol to run, for example OCR_EMBEDDING_SIS.
+	// Request type; names the workflow to run, for example OCR_EMBEDDING_SIS or
+	// raster_processing. The job runs the workflow's latest version at acceptance.
 	RequestType string `protobuf:"bytes,2,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
 	// Lane override; when unset the tenant configuration or global default decides.
 	Mode Mode `protobuf:"varint,3,opt,name=mode,proto3,enum=lucius.v1.Mode" json:"mode,omitempty"`
@@ -91,7 +92,7 @@ type Command struct {
 	InputRef string `protobuf:"bytes,4,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
 	// Where the final result is written.
 	OutputRef string `protobuf:"bytes,5,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
-	// Service-specific parameters, validated against the protocol's payload rules.
+	// The workflow's inputs, validated against its input declarations.
 	Payload *structpb.Struct `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Client-chosen key: the same (tenant_id, idempotency_key) always names the same job.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
@@ -337,10 +338,10 @@ var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc1\x04\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc7\x04\n" +
 	"\aCommand\x12*\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\r\xe0A\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12C\n" +
-	"\frequest_type\x18\x02 \x01(\tB \xe0A\x02\xbaH\x1ar\x182\x16^[A-Z][A-Z0-9_]{0,63}$R\vrequestType\x12-\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\r\xe0A\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12I\n" +
+	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12+\n" +
 	"\tinput_ref\x18\x04 \x01(\tB\x0e\xe0A\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\binputRef\x12-\n" +
 	"\n" +

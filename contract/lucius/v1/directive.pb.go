@@ -28,11 +28,12 @@ const (
 // attempt of one step. Workers treat (job_id, step_id, attempt_no, lease_id) as
 // the idempotency key: a duplicate directive never runs the work twice.
 type Directive struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	TenantId   string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	StepId     string                 `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	ProtocolId string                 `protobuf:"bytes,4,opt,name=protocol_id,json=protocolId,proto3" json:"protocol_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	JobId    string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	StepId   string                 `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The workflow the job runs (seed 004 calls it the protocol).
+	ProtocolId string `protobuf:"bytes,4,opt,name=protocol_id,json=protocolId,proto3" json:"protocol_id,omitempty"`
 	// What to do, e.g. OCR, EMBEDDING, SIS.
 	StepType string `protobuf:"bytes,5,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
 	// Service that owns the step, e.g. ocr.
@@ -62,10 +63,11 @@ type Directive struct {
 	// Pinned routing of this attempt.
 	Routing *Routing `protobuf:"bytes,20,opt,name=routing,proto3" json:"routing,omitempty"`
 	// The worker must ACK within this time or the attempt is retried.
-	AckTimeout    *durationpb.Duration   `protobuf:"bytes,21,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
-	IssueTime     *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=issue_time,json=issueTime,proto3" json:"issue_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AckTimeout      *durationpb.Duration   `protobuf:"bytes,21,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
+	IssueTime       *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=issue_time,json=issueTime,proto3" json:"issue_time,omitempty"`
+	WorkflowVersion int32                  `protobuf:"varint,23,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Directive) Reset() {
@@ -252,6 +254,13 @@ func (x *Directive) GetIssueTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Directive) GetWorkflowVersion() int32 {
+	if x != nil {
+		return x.WorkflowVersion
+	}
+	return 0
+}
+
 // CallbackEndpoints tells a worker where its callbacks go.
 type CallbackEndpoints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -392,7 +401,7 @@ var File_lucius_v1_directive_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
-	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xd8\x06\n" +
+	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\x83\a\n" +
 	"\tDirective\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -423,7 +432,8 @@ const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\vack_timeout\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"ackTimeout\x129\n" +
 	"\n" +
-	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\"l\n" +
+	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12)\n" +
+	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\"l\n" +
 	"\x11CallbackEndpoints\x12\x17\n" +
 	"\aack_url\x18\x01 \x01(\tR\x06ackUrl\x12\x1d\n" +
 	"\n" +

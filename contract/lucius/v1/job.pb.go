@@ -251,6 +251,55 @@ func (DecisionSource) EnumDescriptor() ([]byte, []int) {
 	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
+// StepView chooses which steps ListJobSteps returns.
+type StepView int32
+
+const (
+	// The steps that run work: tasks and fan-out children.
+	StepView_STEP_VIEW_UNSPECIFIED StepView = 0
+	// Every workflow node too: start, end, conditional (with the branch taken), fan_out, fan_in.
+	StepView_STEP_VIEW_FULL StepView = 1
+)
+
+// Enum value maps for StepView.
+var (
+	StepView_name = map[int32]string{
+		0: "STEP_VIEW_UNSPECIFIED",
+		1: "STEP_VIEW_FULL",
+	}
+	StepView_value = map[string]int32{
+		"STEP_VIEW_UNSPECIFIED": 0,
+		"STEP_VIEW_FULL":        1,
+	}
+)
+
+func (x StepView) Enum() *StepView {
+	p := new(StepView)
+	*p = x
+	return p
+}
+
+func (x StepView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepView) Descriptor() protoreflect.EnumDescriptor {
+	return file_lucius_v1_job_proto_enumTypes[3].Descriptor()
+}
+
+func (StepView) Type() protoreflect.EnumType {
+	return &file_lucius_v1_job_proto_enumTypes[3]
+}
+
+func (x StepView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepView.Descriptor instead.
+func (StepView) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
+}
+
 // Routing is the pinned routing of a job and of each of its attempts. It is
 // computed once and reused for every re-dispatch, even after configuration changes.
 type Routing struct {
@@ -427,19 +476,20 @@ func (x *ArtifactRef) GetSha256() string {
 
 // Job is one execution of a command.
 type Job struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	RequestType   string                 `protobuf:"bytes,3,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
-	ProtocolId    string                 `protobuf:"bytes,4,opt,name=protocol_id,json=protocolId,proto3" json:"protocol_id,omitempty"`
-	Status        JobStatus              `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
-	Routing       *Routing               `protobuf:"bytes,6,opt,name=routing,proto3" json:"routing,omitempty"`
-	InputRef      string                 `protobuf:"bytes,7,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
-	OutputRef     string                 `protobuf:"bytes,8,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
-	DocId         string                 `protobuf:"bytes,9,opt,name=doc_id,json=docId,proto3" json:"doc_id,omitempty"`
-	CorrelationId string                 `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CallbackUrl   string                 `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
-	Payload       *structpb.Struct       `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	TenantId    string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	RequestType string                 `protobuf:"bytes,3,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
+	// The workflow the job runs, pinned at acceptance.
+	WorkflowId    string           `protobuf:"bytes,4,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	Status        JobStatus        `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
+	Routing       *Routing         `protobuf:"bytes,6,opt,name=routing,proto3" json:"routing,omitempty"`
+	InputRef      string           `protobuf:"bytes,7,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
+	OutputRef     string           `protobuf:"bytes,8,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
+	DocId         string           `protobuf:"bytes,9,opt,name=doc_id,json=docId,proto3" json:"doc_id,omitempty"`
+	CorrelationId string           `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	CallbackUrl   string           `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	Payload       *structpb.Struct `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Orchestrator instance that owns the job, and its fencing epoch.
 	OwnerId    string `protobuf:"bytes,13,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	OwnerEpoch int64  `protobuf:"varint,14,opt,name=owner_epoch,json=ownerEpoch,proto3" json:"owner_epoch,omitempty"`
@@ -453,9 +503,10 @@ type Job struct {
 	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	// When cancellation was requested.
-	CancelTime    *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CancelTime      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	WorkflowVersion int32                  `protobuf:"varint,22,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -509,9 +560,9 @@ func (x *Job) GetRequestType() string {
 	return ""
 }
 
-func (x *Job) GetProtocolId() string {
+func (x *Job) GetWorkflowId() string {
 	if x != nil {
-		return x.ProtocolId
+		return x.WorkflowId
 	}
 	return ""
 }
@@ -635,6 +686,13 @@ func (x *Job) GetCancelTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Job) GetWorkflowVersion() int32 {
+	if x != nil {
+		return x.WorkflowVersion
+	}
+	return 0
+}
+
 // Attempt is one dispatch of a step to a worker under a fresh lease.
 type Attempt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -752,26 +810,40 @@ func (x *Attempt) GetCompleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// Step is one unit of a job's protocol, run by one platform service.
+// Step is one node of a job's workflow, or one child of a fan-out node
+// (step_id "<node>[<index>]").
 type Step struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	StepIndex int32                  `protobuf:"varint,3,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
-	StepType  string                 `protobuf:"bytes,4,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
-	Service   string                 `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
-	Status    StepStatus             `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StepId string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The node's position in the workflow definition.
+	StepIndex int32 `protobuf:"varint,3,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	// The handler of a task or child; the node type of a control node.
+	StepType string     `protobuf:"bytes,4,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
+	Service  string     `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
+	Status   StepStatus `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
 	// Current attempt number (0 before the first dispatch).
-	AttemptNo     int32                  `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	MaxAttempts   int32                  `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Output        *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
-	Artifacts     []*ArtifactRef         `protobuf:"bytes,10,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
-	FailureClass  string                 `protobuf:"bytes,11,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
-	Reason        string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	Attempts      []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	AttemptNo    int32                  `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	MaxAttempts  int32                  `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	Output       *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	Artifacts    []*ArtifactRef         `protobuf:"bytes,10,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	FailureClass string                 `protobuf:"bytes,11,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	Reason       string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Attempts     []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// The workflow node, and its type: start, end, task, conditional, fan_out,
+	// fan_in, or child for a fan-out child.
+	NodeId string `protobuf:"bytes,17,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Kind   string `protobuf:"bytes,18,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A child's fan-out step and index.
+	ParentStepId string `protobuf:"bytes,19,opt,name=parent_step_id,json=parentStepId,proto3" json:"parent_step_id,omitempty"`
+	ChildIndex   int32  `protobuf:"varint,20,opt,name=child_index,json=childIndex,proto3" json:"child_index,omitempty"`
+	// The rendered params sent as the directive's payload.
+	Params *structpb.Struct `protobuf:"bytes,21,opt,name=params,proto3" json:"params,omitempty"`
+	// A fan-out's children by state.
+	Children      *ChildCounts `protobuf:"bytes,22,opt,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +990,125 @@ func (x *Step) GetCompleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Step) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Step) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Step) GetParentStepId() string {
+	if x != nil {
+		return x.ParentStepId
+	}
+	return ""
+}
+
+func (x *Step) GetChildIndex() int32 {
+	if x != nil {
+		return x.ChildIndex
+	}
+	return 0
+}
+
+func (x *Step) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *Step) GetChildren() *ChildCounts {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+// ChildCounts counts a fan-out's children by state.
+type ChildCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Total         int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Pending       int32                  `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Succeeded     int32                  `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed        int32                  `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildCounts) Reset() {
+	*x = ChildCounts{}
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildCounts) ProtoMessage() {}
+
+func (x *ChildCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildCounts.ProtoReflect.Descriptor instead.
+func (*ChildCounts) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ChildCounts) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ChildCounts) GetPending() int32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ChildCounts) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ChildCounts) GetSucceeded() int32 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *ChildCounts) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
 // JobEvent is one entry of a job's append-only audit trail.
 type JobEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -940,7 +1131,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1143,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1156,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JobEvent) GetEventId() int64 {
@@ -1048,7 +1239,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1251,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1264,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1093,7 +1284,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1296,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1309,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1145,7 +1336,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1348,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1361,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListJobsRequest) GetTenantId() string {
@@ -1213,7 +1404,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1416,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1429,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1255,17 +1446,21 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 	return ""
 }
 
-// ListJobStepsRequest names a job.
+// ListJobStepsRequest names a job and pages its steps.
 type ListJobStepsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	View  StepView               `protobuf:"varint,2,opt,name=view,proto3,enum=lucius.v1.StepView" json:"view,omitempty"`
+	// At most this many steps (default 1000, maximum 5000).
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobStepsRequest) Reset() {
 	*x = ListJobStepsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1472,7 @@ func (x *ListJobStepsRequest) String() string {
 func (*ListJobStepsRequest) ProtoMessage() {}
 
 func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1485,7 @@ func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobStepsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobStepsRequest) GetJobId() string {
@@ -1300,17 +1495,40 @@ func (x *ListJobStepsRequest) GetJobId() string {
 	return ""
 }
 
-// ListJobStepsResponse carries the steps in protocol order.
+func (x *ListJobStepsRequest) GetView() StepView {
+	if x != nil {
+		return x.View
+	}
+	return StepView_STEP_VIEW_UNSPECIFIED
+}
+
+func (x *ListJobStepsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobStepsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListJobStepsResponse carries the steps in workflow order, each fan-out's
+// children after it.
 type ListJobStepsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Steps         []*Step                `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobStepsResponse) Reset() {
 	*x = ListJobStepsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1540,7 @@ func (x *ListJobStepsResponse) String() string {
 func (*ListJobStepsResponse) ProtoMessage() {}
 
 func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1553,7 @@ func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobStepsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListJobStepsResponse) GetSteps() []*Step {
@@ -1343,6 +1561,13 @@ func (x *ListJobStepsResponse) GetSteps() []*Step {
 		return x.Steps
 	}
 	return nil
+}
+
+func (x *ListJobStepsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ListJobEventsRequest names a job and pages its events.
@@ -1358,7 +1583,7 @@ type ListJobEventsRequest struct {
 
 func (x *ListJobEventsRequest) Reset() {
 	*x = ListJobEventsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1595,7 @@ func (x *ListJobEventsRequest) String() string {
 func (*ListJobEventsRequest) ProtoMessage() {}
 
 func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1608,7 @@ func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobEventsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListJobEventsRequest) GetJobId() string {
@@ -1418,7 +1643,7 @@ type ListJobEventsResponse struct {
 
 func (x *ListJobEventsResponse) Reset() {
 	*x = ListJobEventsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1655,7 @@ func (x *ListJobEventsResponse) String() string {
 func (*ListJobEventsResponse) ProtoMessage() {}
 
 func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1668,7 @@ func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobEventsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListJobEventsResponse) GetEvents() []*JobEvent {
@@ -1472,7 +1697,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1709,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1722,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1524,7 +1749,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1761,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1774,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1579,13 +1804,13 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"media_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12&\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12\x1f\n" +
-	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xbc\x06\n" +
+	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xe7\x06\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12!\n" +
 	"\frequest_type\x18\x03 \x01(\tR\vrequestType\x12\x1f\n" +
-	"\vprotocol_id\x18\x04 \x01(\tR\n" +
-	"protocolId\x12,\n" +
+	"\vworkflow_id\x18\x04 \x01(\tR\n" +
+	"workflowId\x12,\n" +
 	"\x06status\x18\x05 \x01(\x0e2\x14.lucius.v1.JobStatusR\x06status\x12,\n" +
 	"\arouting\x18\x06 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12\x1b\n" +
 	"\tinput_ref\x18\a \x01(\tR\binputRef\x12\x1d\n" +
@@ -1609,7 +1834,8 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"updateTime\x12?\n" +
 	"\rcomplete_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12;\n" +
 	"\vcancel_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"cancelTime\"\xaf\x03\n" +
+	"cancelTime\x12)\n" +
+	"\x10workflow_version\x18\x16 \x01(\x05R\x0fworkflowVersion\"\xaf\x03\n" +
 	"\aAttempt\x12\x1d\n" +
 	"\n" +
 	"attempt_no\x18\x01 \x01(\x05R\tattemptNo\x12\x19\n" +
@@ -1623,7 +1849,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"createTime\x125\n" +
 	"\back_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackTime\x12?\n" +
 	"\rcomplete_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\x8c\x05\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\xe5\x06\n" +
 	"\x04Step\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x1d\n" +
@@ -1645,7 +1871,20 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12?\n" +
-	"\rcomplete_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\xc8\x02\n" +
+	"\rcomplete_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12\x17\n" +
+	"\anode_id\x18\x11 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04kind\x18\x12 \x01(\tR\x04kind\x12$\n" +
+	"\x0eparent_step_id\x18\x13 \x01(\tR\fparentStepId\x12\x1f\n" +
+	"\vchild_index\x18\x14 \x01(\x05R\n" +
+	"childIndex\x12/\n" +
+	"\x06params\x18\x15 \x01(\v2\x17.google.protobuf.StructR\x06params\x122\n" +
+	"\bchildren\x18\x16 \x01(\v2\x16.lucius.v1.ChildCountsR\bchildren\"\x8d\x01\n" +
+	"\vChildCounts\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x05R\x05total\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x05R\apending\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x1c\n" +
+	"\tsucceeded\x18\x04 \x01(\x05R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\x05R\x06failed\"\xc8\x02\n" +
 	"\bJobEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\x03R\aeventId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x17\n" +
@@ -1674,11 +1913,17 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"^\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.lucius.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
 	"\x13ListJobStepsRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\"=\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x121\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x13.lucius.v1.StepViewB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04view\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x88'(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"e\n" +
 	"\x14ListJobStepsResponse\x12%\n" +
-	"\x05steps\x18\x01 \x03(\v2\x0f.lucius.v1.StepR\x05steps\"\x96\x01\n" +
+	"\x05steps\x18\x01 \x03(\v2\x0f.lucius.v1.StepR\x05steps\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
 	"\x14ListJobEventsRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12'\n" +
 	"\tpage_size\x18\x02 \x01(\x05B\n" +
@@ -1724,7 +1969,10 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x1bDECISION_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17DECISION_SOURCE_REQUEST\x10\x01\x12!\n" +
 	"\x1dDECISION_SOURCE_TENANT_CONFIG\x10\x02\x12!\n" +
-	"\x1dDECISION_SOURCE_GLOBAL_CONFIG\x10\x032\x92\x04\n" +
+	"\x1dDECISION_SOURCE_GLOBAL_CONFIG\x10\x03*9\n" +
+	"\bStepView\x12\x19\n" +
+	"\x15STEP_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eSTEP_VIEW_FULL\x10\x012\x92\x04\n" +
 	"\n" +
 	"JobService\x12X\n" +
 	"\x06GetJob\x12\x18.lucius.v1.GetJobRequest\x1a\x19.lucius.v1.GetJobResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}\x12U\n" +
@@ -1746,75 +1994,80 @@ func file_lucius_v1_job_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_job_proto_rawDescData
 }
 
-var file_lucius_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_lucius_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lucius_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                // 0: lucius.v1.JobStatus
 	(StepStatus)(0),               // 1: lucius.v1.StepStatus
 	(DecisionSource)(0),           // 2: lucius.v1.DecisionSource
-	(*Routing)(nil),               // 3: lucius.v1.Routing
-	(*ArtifactRef)(nil),           // 4: lucius.v1.ArtifactRef
-	(*Job)(nil),                   // 5: lucius.v1.Job
-	(*Attempt)(nil),               // 6: lucius.v1.Attempt
-	(*Step)(nil),                  // 7: lucius.v1.Step
-	(*JobEvent)(nil),              // 8: lucius.v1.JobEvent
-	(*GetJobRequest)(nil),         // 9: lucius.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 10: lucius.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 11: lucius.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 12: lucius.v1.ListJobsResponse
-	(*ListJobStepsRequest)(nil),   // 13: lucius.v1.ListJobStepsRequest
-	(*ListJobStepsResponse)(nil),  // 14: lucius.v1.ListJobStepsResponse
-	(*ListJobEventsRequest)(nil),  // 15: lucius.v1.ListJobEventsRequest
-	(*ListJobEventsResponse)(nil), // 16: lucius.v1.ListJobEventsResponse
-	(*CancelJobRequest)(nil),      // 17: lucius.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 18: lucius.v1.CancelJobResponse
-	(*structpb.Struct)(nil),       // 19: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(StepView)(0),                 // 3: lucius.v1.StepView
+	(*Routing)(nil),               // 4: lucius.v1.Routing
+	(*ArtifactRef)(nil),           // 5: lucius.v1.ArtifactRef
+	(*Job)(nil),                   // 6: lucius.v1.Job
+	(*Attempt)(nil),               // 7: lucius.v1.Attempt
+	(*Step)(nil),                  // 8: lucius.v1.Step
+	(*ChildCounts)(nil),           // 9: lucius.v1.ChildCounts
+	(*JobEvent)(nil),              // 10: lucius.v1.JobEvent
+	(*GetJobRequest)(nil),         // 11: lucius.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 12: lucius.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 13: lucius.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 14: lucius.v1.ListJobsResponse
+	(*ListJobStepsRequest)(nil),   // 15: lucius.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),  // 16: lucius.v1.ListJobStepsResponse
+	(*ListJobEventsRequest)(nil),  // 17: lucius.v1.ListJobEventsRequest
+	(*ListJobEventsResponse)(nil), // 18: lucius.v1.ListJobEventsResponse
+	(*CancelJobRequest)(nil),      // 19: lucius.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 20: lucius.v1.CancelJobResponse
+	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_lucius_v1_job_proto_depIdxs = []int32{
 	2,  // 0: lucius.v1.Routing.decision_source:type_name -> lucius.v1.DecisionSource
 	0,  // 1: lucius.v1.Job.status:type_name -> lucius.v1.JobStatus
-	3,  // 2: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
-	19, // 3: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
-	20, // 4: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	20, // 5: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	20, // 6: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
-	20, // 7: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
+	4,  // 2: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
+	21, // 3: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
+	22, // 4: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	22, // 5: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	22, // 6: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
+	22, // 7: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
 	1,  // 8: lucius.v1.Attempt.status:type_name -> lucius.v1.StepStatus
-	3,  // 9: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
-	20, // 10: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
-	20, // 11: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
-	20, // 12: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
+	4,  // 9: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
+	22, // 10: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
+	22, // 11: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
+	22, // 12: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: lucius.v1.Step.status:type_name -> lucius.v1.StepStatus
-	19, // 14: lucius.v1.Step.output:type_name -> google.protobuf.Struct
-	4,  // 15: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
-	6,  // 16: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
-	20, // 17: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
-	20, // 18: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
-	20, // 19: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
-	19, // 20: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
-	20, // 21: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 22: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
-	0,  // 23: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
-	5,  // 24: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
-	7,  // 25: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
-	8,  // 26: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
-	5,  // 27: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
-	9,  // 28: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
-	11, // 29: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
-	13, // 30: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
-	15, // 31: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
-	17, // 32: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
-	10, // 33: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
-	12, // 34: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
-	14, // 35: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
-	16, // 36: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
-	18, // 37: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	21, // 14: lucius.v1.Step.output:type_name -> google.protobuf.Struct
+	5,  // 15: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
+	7,  // 16: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
+	22, // 17: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
+	22, // 18: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
+	22, // 19: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
+	21, // 20: lucius.v1.Step.params:type_name -> google.protobuf.Struct
+	9,  // 21: lucius.v1.Step.children:type_name -> lucius.v1.ChildCounts
+	21, // 22: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
+	22, // 23: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
+	6,  // 24: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
+	0,  // 25: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
+	6,  // 26: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
+	3,  // 27: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
+	8,  // 28: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
+	10, // 29: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
+	6,  // 30: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
+	11, // 31: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
+	13, // 32: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
+	15, // 33: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
+	17, // 34: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
+	19, // 35: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
+	12, // 36: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
+	14, // 37: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
+	16, // 38: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
+	18, // 39: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
+	20, // 40: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
+	36, // [36:41] is the sub-list for method output_type
+	31, // [31:36] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_job_proto_init() }
@@ -1827,8 +2080,8 @@ func file_lucius_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_job_proto_rawDesc), len(file_lucius_v1_job_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   16,
+			NumEnums:      4,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

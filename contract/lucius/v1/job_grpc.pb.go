@@ -37,7 +37,9 @@ type JobServiceClient interface {
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	// ListJobs lists jobs newest first, filtered by tenant and status.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
-	// ListJobSteps returns a job's steps in protocol order with their attempts.
+	// ListJobSteps returns a job's steps in workflow order with their attempts:
+	// the steps that run work (tasks and fan-out children), or every workflow node
+	// with view STEP_VIEW_FULL.
 	ListJobSteps(ctx context.Context, in *ListJobStepsRequest, opts ...grpc.CallOption) (*ListJobStepsResponse, error)
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
 	ListJobEvents(ctx context.Context, in *ListJobEventsRequest, opts ...grpc.CallOption) (*ListJobEventsResponse, error)
@@ -116,7 +118,9 @@ type JobServiceServer interface {
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	// ListJobs lists jobs newest first, filtered by tenant and status.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
-	// ListJobSteps returns a job's steps in protocol order with their attempts.
+	// ListJobSteps returns a job's steps in workflow order with their attempts:
+	// the steps that run work (tasks and fan-out children), or every workflow node
+	// with view STEP_VIEW_FULL.
 	ListJobSteps(context.Context, *ListJobStepsRequest) (*ListJobStepsResponse, error)
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
 	ListJobEvents(context.Context, *ListJobEventsRequest) (*ListJobEventsResponse, error)

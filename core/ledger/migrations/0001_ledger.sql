@@ -6,6 +6,7 @@ CREATE TABLE requests (
     idempotency_key     text,
     request_hash        text        NOT NULL, -- SHA-256 of the canonical command
     request_type        text        NOT NULL,
+    workflow_version    int         NOT NULL, -- pinned at acceptance
     input_ref           text        NOT NULL,
     output_ref          text        NOT NULL,
     doc_id              text        NOT NULL DEFAULT '',
@@ -32,8 +33,8 @@ CREATE TABLE jobs (
     job_id              text        PRIMARY KEY REFERENCES requests (job_id),
     tenant_id           text        NOT NULL,
     request_type        text        NOT NULL,
-    protocol_id         text        NOT NULL,
-    protocol_version    int         NOT NULL,
+    workflow_id         text        NOT NULL,
+    workflow_version    int         NOT NULL,
     status              text        NOT NULL,
     resolved_mode       text        NOT NULL,
     partition           int         NOT NULL,
@@ -46,7 +47,7 @@ CREATE TABLE jobs (
     doc_id              text        NOT NULL DEFAULT '',
     correlation_id      text        NOT NULL DEFAULT '',
     callback_url        text        NOT NULL DEFAULT '',
-    payload             jsonb       NOT NULL DEFAULT '{}',
+    payload             jsonb       NOT NULL DEFAULT '{}', -- the workflow inputs, defaults applied
     owner_id            text        NOT NULL DEFAULT '',
     owner_epoch         bigint      NOT NULL DEFAULT 1,
     owner_heartbeat_at  timestamptz,
@@ -62,27 +63,43 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_owner_live ON jobs (owner_id) WHERE completed_at IS NULL;
 CREATE INDEX jobs_heartbeat_live ON jobs (owner_heartbeat_at) WHERE completed_at IS NULL;
 
+-- One row per workflow node (control nodes too, so decisions are recorded),
+-- plus one per fan-out child ("<node>[<index>]", parent_step_id set). A fan-out
+-- row counts its children, so the last child to finish sees it atomically
+-- under the job's lock ("last task turns out the lights").
 CREATE TABLE steps (
-    job_id        text        NOT NULL REFERENCES jobs (job_id),
-    step_id       text        NOT NULL,
-    step_index    int         NOT NULL,
-    step_type     text        NOT NULL,
-    service       text        NOT NULL,
-    status        text        NOT NULL,
-    attempt_no    int         NOT NULL DEFAULT 0, -- current attempt, 0 before the first
-    lease_id      uuid,                           -- current attempt's lease
-    max_attempts  int         NOT NULL,
-    ack_timeout_ms bigint     NOT NULL,
-    output        jsonb,
-    artifacts     jsonb       NOT NULL DEFAULT '[]',
-    failure_class text        NOT NULL DEFAULT '',
-    reason        text        NOT NULL DEFAULT '',
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    started_at    timestamptz,
-    completed_at  timestamptz,
+    job_id             text        NOT NULL REFERENCES jobs (job_id),
+    step_id            text        NOT NULL,
+    node_id            text        NOT NULL,
+    kind               text        NOT NULL, -- start, end, task, conditional, fan_out, fan_in, child
+    parent_step_id     text        NOT NULL DEFAULT '',
+    child_index        int         NOT NULL DEFAULT 0,
+    step_index         int         NOT NULL, -- the node's position in the definition
+    step_type          text        NOT NULL, -- the handler, or the node type for control nodes
+    service            text        NOT NULL DEFAULT '',
+    status             text        NOT NULL,
+    attempt_no         int         NOT NULL DEFAULT 0, -- current attempt, 0 before the first
+    lease_id           uuid,                           -- current attempt's lease
+    max_attempts       int         NOT NULL DEFAULT 0,
+    ack_timeout_ms     bigint      NOT NULL DEFAULT 0,
+    params             jsonb,
+    output             jsonb,
+    artifacts          jsonb       NOT NULL DEFAULT '[]',
+    failure_class      text        NOT NULL DEFAULT '',
+    reason             text        NOT NULL DEFAULT '',
+    expanded           boolean     NOT NULL DEFAULT false,
+    children_total     int         NOT NULL DEFAULT 0,
+    children_pending   int         NOT NULL DEFAULT 0,
+    children_running   int         NOT NULL DEFAULT 0,
+    children_succeeded int         NOT NULL DEFAULT 0,
+    children_failed    int         NOT NULL DEFAULT 0,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    started_at         timestamptz,
+    completed_at       timestamptz,
     PRIMARY KEY (job_id, step_id)
 );
+CREATE INDEX steps_children ON steps (job_id, parent_step_id, child_index);
 
 -- Every dispatch of a step, with its routing pinned at creation: recovery
 -- re-dispatches with these values and never recomputes them.
@@ -104,6 +121,7 @@ CREATE TABLE attempts (
     created_at       timestamptz NOT NULL DEFAULT now(),
     ack_deadline     timestamptz,
     acked_at         timestamptz,
+    lease_expires_at timestamptz, -- set at ACK: the attempt's execution timeout
     completed_at     timestamptz,
     PRIMARY KEY (job_id, step_id, attempt_no),
     FOREIGN KEY (job_id, step_id) REFERENCES steps (job_id, step_id)
@@ -146,8 +164,28 @@ CREATE TABLE outbox (
     available_at   timestamptz NOT NULL DEFAULT now(), -- claim lease of the dispatcher
     attempts       int         NOT NULL DEFAULT 0,
     last_error     text        NOT NULL DEFAULT '',
-    sent_at        timestamptz
+    sent_at        timestamptz,
+    dead_at        timestamptz -- given up on (a completion callback that never succeeded)
 );
-CREATE INDEX outbox_pending ON outbox (available_at, id) WHERE sent_at IS NULL;
+CREATE INDEX outbox_pending ON outbox (available_at, id) WHERE sent_at IS NULL AND dead_at IS NULL;
 CREATE INDEX outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 CREATE INDEX outbox_job ON outbox (job_id, kind);
+
+-- Workflow definitions, immutable per (workflow_id, version): a job pins the
+-- version it was accepted with, so registering a new one never changes it.
+CREATE TABLE workflow_definitions (
+    workflow_id   text        NOT NULL,
+    version       int         NOT NULL,
+    source        text        NOT NULL, -- the YAML
+    source_sha256 text        NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, version)
+);
+
+-- The handler catalog: which service owns each handler a task may name.
+CREATE TABLE handlers (
+    name        text        PRIMARY KEY,
+    service     text        NOT NULL,
+    description text        NOT NULL DEFAULT '',
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);

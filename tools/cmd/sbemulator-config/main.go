@@ -1,5 +1,5 @@
 // Command sbemulator-config prints the Azure Service Bus emulator's entity
-// file for Lucius's topology (the built-in protocols' services):
+// file for Lucius's topology (the services of the built-in handlers):
 //
 //	go run ./tools/cmd/sbemulator-config > servicebus-emulator.json
 package main
@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/tools/sbemulator"
 )
 
 func main() {
-	out, err := sbemulator.Render(topology.Config{Services: protocol.Builtin().Services()})
+	out, err := sbemulator.Render(topology.Config{Services: workflow.BuiltinServices()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sbemulator-config:", err)
 		os.Exit(1)

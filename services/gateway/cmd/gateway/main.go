@@ -7,7 +7,6 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -35,6 +34,6 @@ func configure(e *env.Reader) (gateway.Config, error) {
 		return cfg, err
 	}
 	cfg.Policy.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
-	cfg.Protocols, err = protocol.LoadDirOrBuiltin(e.String("LUCIUS_PROTOCOLS_DIR", ""))
-	return cfg, err
+	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	return cfg, nil
 }

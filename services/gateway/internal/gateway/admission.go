@@ -4,15 +4,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
 	"strings"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // SupportedSchemaMajor is the envelope major version this gateway accepts (1.x).
@@ -31,17 +33,25 @@ type Policy struct {
 type admitted struct {
 	cmd      *luciusv1.Command
 	tenant   string // normalized
-	protocol *protocol.Protocol
+	workflow *workflow.Definition
 	route    routing.Decision
 	jobID    string
 	hash     string
 }
 
+// Workflows finds the workflow a request type names (its latest version; an
+// error wrapping ledger.ErrNotFound when there is none), and lists known
+// request types for the error message.
+type Workflows interface {
+	Latest(requestType string) (*workflow.Definition, error)
+	Known() []string
+}
+
 // admit applies the rules protovalidate annotations cannot express: tenant not
-// blank, schema version compatibility, known request type, refs well-formed and
-// allowed by policy, the protocol's payload rules, and the routing rule. It
-// returns every violation at once.
-func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (*admitted, []server.Violation) {
+// blank, schema version compatibility, a known request type, refs well-formed
+// and allowed by policy, the workflow's input declarations, and the routing
+// rule. It returns every violation at once.
+func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted, []server.Violation, error) {
 	var vs []server.Violation
 	add := func(field, reason, format string, args ...any) {
 		vs = append(vs, server.Violation{Field: "command." + field, Reason: reason, Description: fmt.Sprintf(format, args...)})
@@ -53,9 +63,13 @@ func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (
 	if major, _, _ := strings.Cut(cmd.GetSchemaVersion(), "."); major != SupportedSchemaMajor {
 		add("schema_version", server.ReasonUnsupportedSchema, "version %q is not supported; this gateway accepts %s.x", cmd.GetSchemaVersion(), SupportedSchemaMajor)
 	}
-	proto, known := protocols.Lookup(cmd.GetRequestType())
+	def, err := workflows.Latest(cmd.GetRequestType())
+	known := err == nil
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil, err
+	}
 	if !known {
-		add("request_type", server.ReasonUnknownRequestType, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(protocols.IDs(), ", "))
+		add("request_type", server.ReasonUnknownRequestType, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(workflows.Known(), ", "))
 	}
 	for _, ref := range []struct{ field, value string }{{"input_ref", cmd.GetInputRef()}, {"output_ref", cmd.GetOutputRef()}} {
 		if problem := checkRef(ref.value, policy.RefSchemes); problem != "" {
@@ -68,7 +82,8 @@ func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (
 		}
 	}
 	if known {
-		for _, v := range proto.ValidatePayload(cmd.GetPayload().AsMap()) {
+		_, violations := def.Bind(cmd.GetPayload().AsMap())
+		for _, v := range violations {
 			vs = append(vs, server.Violation{Field: "command." + v.Field, Reason: server.ReasonInvalidPayload, Description: v.Description})
 		}
 	}
@@ -79,9 +94,9 @@ func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (
 	case luciusv1.Mode_MODE_BURST:
 		requested = routing.ModeBurst
 	}
-	route, err := routing.Resolve(routing.Input{TenantID: cmd.GetTenantId(), DocID: cmd.GetDocId(), Requested: requested,
+	route, rerr := routing.Resolve(routing.Input{TenantID: cmd.GetTenantId(), DocID: cmd.GetDocId(), Requested: requested,
 		GlobalDefault: policy.DefaultMode, Topology: policy.Topology})
-	switch err {
+	switch rerr {
 	case nil:
 	case routing.ErrBurstWithoutDocID:
 		add("doc_id", server.ReasonBurstWithoutDocID, "is required in BURST mode: it spreads the tenant's work over partitions")
@@ -90,10 +105,10 @@ func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (
 	case routing.ErrEmptyTenant:
 		// reported above
 	default:
-		add("mode", server.ReasonInvalidArgument, "%v", err)
+		add("mode", server.ReasonInvalidArgument, "%v", rerr)
 	}
 	if len(vs) > 0 {
-		return nil, vs
+		return nil, vs, nil
 	}
 	canonical := canonicalForm(cmd, tenant)
 	hash := sha256Hex("lucius/request/v1\n" + canonical)
@@ -101,7 +116,7 @@ func admit(cmd *luciusv1.Command, protocols *protocol.Registry, policy Policy) (
 	if key := cmd.GetIdempotencyKey(); key != "" {
 		jobID = sha256Hex("lucius/job/v1/key\n" + tenant + "\n" + key)
 	}
-	return &admitted{cmd: cmd, tenant: tenant, protocol: proto, route: route, jobID: jobID, hash: hash}, nil
+	return &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash}, nil, nil
 }
 
 // canonicalForm is the command as JSON with sorted keys and the tenant

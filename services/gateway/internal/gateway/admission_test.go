@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,10 +10,42 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
+
+// staticWorkflows serves the built-in definitions to admission.
+type staticWorkflows map[string]*workflow.Definition
+
+func (w staticWorkflows) Latest(id string) (*workflow.Definition, error) {
+	if d, ok := w[id]; ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("workflow %s: %w", id, ledger.ErrNotFound)
+}
+
+func (w staticWorkflows) Known() []string {
+	var ids []string
+	for id := range w {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func builtinWorkflows(t testing.TB) staticWorkflows {
+	t.Helper()
+	defs, err := workflow.LoadDir(workflow.BuiltinFiles(), workflow.NewCatalog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := staticWorkflows{}
+	for _, d := range defs {
+		w[d.ID] = d
+	}
+	return w
+}
 
 var testPolicy = Policy{RefSchemes: []string{"file", "https", "az"}, DefaultMode: routing.ModeDefault}
 
@@ -26,13 +59,13 @@ var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 	t.Parallel()
-	reg := protocol.Builtin()
+	reg := builtinWorkflows(t)
 	id := func(mutate func(c *luciusv1.Command)) string {
 		t.Helper()
 		c := validCommand()
 		mutate(c)
-		a, vs := admit(c, reg, testPolicy)
-		if vs != nil {
+		a, vs, err := admit(c, reg, testPolicy)
+		if err != nil || vs != nil {
 			t.Fatalf("unexpected violations %v", vs)
 		}
 		if !hex64.MatchString(a.jobID) {
@@ -74,7 +107,7 @@ func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 
 func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 	t.Parallel()
-	reg := protocol.Builtin()
+	reg := builtinWorkflows(t)
 	tests := []struct {
 		name   string
 		mutate func(c *luciusv1.Command)
@@ -101,8 +134,8 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 			t.Parallel()
 			c := validCommand()
 			tt.mutate(c)
-			a, vs := admit(c, reg, testPolicy)
-			if a != nil || len(vs) == 0 {
+			a, vs, err := admit(c, reg, testPolicy)
+			if err != nil || a != nil || len(vs) == 0 {
 				t.Fatalf("accepted an invalid command")
 			}
 			if vs[0].Field != tt.field || vs[0].Reason != tt.reason || vs[0].Description == "" {
@@ -116,7 +149,7 @@ func TestAdmitReportsEveryViolationAtOnce(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.SchemaVersion, c.InputRef, c.Payload = "9", "nope", &structpb.Struct{}
-	_, vs := admit(c, protocol.Builtin(), testPolicy)
+	_, vs, _ := admit(c, builtinWorkflows(t), testPolicy)
 	fields := map[string]bool{}
 	for _, v := range vs {
 		fields[v.Field] = true
@@ -132,8 +165,8 @@ func TestBurstRoutesOnTenantAndDocument(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.Mode, c.DocId = luciusv1.Mode_MODE_BURST, " Doc-7 "
-	a, vs := admit(c, protocol.Builtin(), testPolicy)
-	if vs != nil {
+	a, vs, err := admit(c, builtinWorkflows(t), testPolicy)
+	if err != nil || vs != nil {
 		t.Fatal(vs)
 	}
 	if a.route.RoutingKey != "acmedoc-7" || a.route.Source != routing.SourceRequest || !strings.HasPrefix(a.route.Topic, "global-burst-p") {
@@ -147,13 +180,16 @@ func FuzzAdmit(f *testing.F) {
 	seed, _ := proto.Marshal(validCommand())
 	f.Add(seed)
 	f.Add([]byte{})
-	reg := protocol.Builtin()
+	reg := builtinWorkflows(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c := &luciusv1.Command{}
 		if proto.Unmarshal(raw, c) != nil {
 			return
 		}
-		a, vs := admit(c, reg, testPolicy)
+		a, vs, err := admit(c, reg, testPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if (a == nil) == (len(vs) == 0) {
 			t.Fatalf("admit returned %v and %d violations", a, len(vs))
 		}

@@ -48,8 +48,9 @@ func structOf(raw []byte) *structpb.Struct {
 
 func jobToProto(j *ledger.Job) *luciusv1.Job {
 	return &luciusv1.Job{
-		JobId: j.JobID, TenantId: j.TenantID, RequestType: j.RequestType, ProtocolId: j.ProtocolID,
-		Status: jobStatusToProto(j.Status), Routing: engine.RoutingToProto(j.Routing),
+		JobId: j.JobID, TenantId: j.TenantID, RequestType: j.RequestType, WorkflowId: j.WorkflowID,
+		WorkflowVersion: int32(j.WorkflowVersion),
+		Status:          jobStatusToProto(j.Status), Routing: engine.RoutingToProto(j.Routing),
 		InputRef: j.InputRef, OutputRef: j.OutputRef, DocId: j.DocID, CorrelationId: j.CorrelationID,
 		CallbackUrl: j.CallbackURL, Payload: structOf(j.Payload), OwnerId: j.OwnerID, OwnerEpoch: j.OwnerEpoch,
 		CurrentStepId: j.CurrentStepID, Reason: j.Reason, ResultRef: j.ResultRef,
@@ -63,6 +64,12 @@ func stepToProto(s ledger.StepWithAttempts) *luciusv1.Step {
 		Status: stepStatusToProto(s.Status), AttemptNo: int32(s.AttemptNo), MaxAttempts: int32(s.MaxAttempts),
 		Output: structOf(s.Output), FailureClass: s.FailureClass, Reason: s.Reason,
 		CreateTime: ts(s.CreatedAt), UpdateTime: ts(s.UpdatedAt), CompleteTime: ts(s.CompletedAt),
+		NodeId: s.NodeID, Kind: s.Kind, ParentStepId: s.Parent, ChildIndex: int32(s.ChildNo), Params: structOf(s.Params),
+	}
+	if s.Kind == ledger.KindFanOut {
+		c := s.Children
+		out.Children = &luciusv1.ChildCounts{Total: int32(c.Total), Pending: int32(c.Pending), Running: int32(c.Running),
+			Succeeded: int32(c.Succeeded), Failed: int32(c.Failed)}
 	}
 	for _, a := range s.Artifacts {
 		out.Artifacts = append(out.Artifacts, &luciusv1.ArtifactRef{Name: a.Name, Uri: a.URI, MediaType: a.MediaType,

@@ -77,16 +77,44 @@ func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest
 	return resp, nil
 }
 
-// ListJobSteps returns the steps of a job with their attempts.
+// stepCursor is the content of a ListJobSteps page token.
+type stepCursor struct {
+	Index  int    `json:"i"`
+	Child  int    `json:"c"`
+	StepID string `json:"id"`
+}
+
+// ListJobSteps returns the steps of a job with their attempts: those that run
+// work, or every workflow node with STEP_VIEW_FULL.
 func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStepsRequest) (*luciusv1.ListJobStepsResponse, error) {
 	if _, err := s.store.GetJob(ctx, req.GetJobId()); err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
-	steps, err := s.store.ListSteps(ctx, req.GetJobId())
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 1000
+	}
+	filter := ledger.StepFilter{Limit: size + 1}
+	if req.GetView() != luciusv1.StepView_STEP_VIEW_FULL {
+		filter.Kinds = []string{ledger.KindTask, ledger.KindChild}
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		var c stepCursor
+		if err := decodeToken(tok, &c); err != nil || c.StepID == "" {
+			return nil, invalidPageToken()
+		}
+		filter.AfterIndex, filter.AfterChild, filter.AfterStepID = c.Index, c.Child, c.StepID
+	}
+	steps, err := s.store.ListSteps(ctx, req.GetJobId(), filter)
 	if err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
 	resp := &luciusv1.ListJobStepsResponse{}
+	if len(steps) > size {
+		steps = steps[:size]
+		last := steps[size-1]
+		resp.NextPageToken = encodeToken(stepCursor{Index: last.Index, Child: last.ChildNo, StepID: last.StepID})
+	}
 	for _, st := range steps {
 		resp.Steps = append(resp.Steps, stepToProto(st))
 	}

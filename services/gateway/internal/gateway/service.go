@@ -1,5 +1,5 @@
 // Package gateway is Lucius's ingress and anti-corruption layer. It validates
-// partner commands (proto annotations, then the protocol's payload rules and the
+// partner commands (proto annotations, then the workflow's inputs and the
 // ref policy), derives deterministic job ids, stores each accepted command with
 // its orchestrator-jobs message in one transaction and answers 202 with the job
 // id. It serves the job API (get, list, steps, events, cancel) from the ledger,
@@ -19,7 +19,7 @@ import (
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
@@ -27,16 +27,15 @@ import (
 type Config struct {
 	// Service: gRPC on 127.0.0.1:9090, HTTP on 127.0.0.1:8080, 20 connections by default.
 	process.Service
-	Protocols *protocol.Registry // required
-	Policy    Policy
+	// WorkflowsDir holds definitions (and a handlers.yaml) registered at start,
+	// after the built-in ones. Optional.
+	WorkflowsDir string
+	Policy       Policy
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
 	errs := []error{c.Service.Validate()}
-	if c.Protocols == nil {
-		errs = append(errs, errors.New("gateway: Protocols is required"))
-	}
 	if len(c.Policy.RefSchemes) == 0 {
 		errs = append(errs, errors.New("gateway: Policy.RefSchemes must allow at least one scheme"))
 	}
@@ -59,8 +58,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer pool.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
+	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
+	if err != nil {
+		return err
+	}
 
-	commands, err := newCommandService(store, cfg.Protocols, cfg.Policy, log)
+	commands, err := newCommandService(store, workflows, cfg.Policy, log)
 	if err != nil {
 		return err
 	}
@@ -70,12 +73,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
 	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log})
+	luciusv1.RegisterWorkflowServiceServer(ep.GRPC, &workflowService{reg: workflows, log: log})
 	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}
-	log.Info("gateway serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(), "request_types", cfg.Protocols.IDs())
+	log.Info("gateway serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr())
 	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
@@ -47,7 +46,7 @@ func startGateway(t *testing.T) *gatewayFixture {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Service: process.Service{DatabaseURL: url, GRPCAddr: grpcAddr, HTTPAddr: httpAddr},
-			Protocols: protocol.Builtin(), Policy: testPolicy})
+			Policy: testPolicy})
 	}()
 	t.Cleanup(func() {
 		cancel()

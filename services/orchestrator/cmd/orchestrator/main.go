@@ -10,7 +10,6 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/orchestrator/internal/orchestrator"
@@ -31,7 +30,6 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		JobConcurrency:     e.Int("LUCIUS_JOB_CONCURRENCY", 8),
-		RetryBackoff:       e.Duration("LUCIUS_RETRY_BACKOFF", 0),
 		BusPollInterval:    e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
 		Ownership: orchestrator.OwnershipConfig{
 			HeartbeatInterval: e.Duration("LUCIUS_HEARTBEAT_INTERVAL", 0),
@@ -43,6 +41,6 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
 		return cfg, err
 	}
-	cfg.Protocols, err = protocol.LoadDirOrBuiltin(e.String("LUCIUS_PROTOCOLS_DIR", ""))
-	return cfg, err
+	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	return cfg, nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -28,8 +28,10 @@ type Config struct {
 	// Service: gRPC on 127.0.0.1:9091, HTTP on 127.0.0.1:8081, 30 connections by default.
 	process.Service
 	// OwnerID names this instance in job ownership. Required (main derives a unique one).
-	OwnerID   string
-	Protocols *protocol.Registry // required
+	OwnerID string
+	// WorkflowsDir holds definitions (and a handlers.yaml) registered at start,
+	// after the built-in ones. Optional.
+	WorkflowsDir string
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
 	// WorkspaceRoot is the URL job workspaces live under. Required.
@@ -41,7 +43,6 @@ type Config struct {
 	// JobConcurrency bounds orchestrator-jobs messages handled at once (default 8).
 	JobConcurrency  int
 	Ownership       OwnershipConfig
-	RetryBackoff    time.Duration // default 2s
 	BusPollInterval time.Duration // default: pgbus's
 }
 
@@ -50,9 +51,6 @@ func (c *Config) Validate() error {
 	errs := []error{c.Service.Validate()}
 	if c.OwnerID == "" {
 		errs = append(errs, errors.New("orchestrator: OwnerID is required"))
-	}
-	if c.Protocols == nil {
-		errs = append(errs, errors.New("orchestrator: Protocols is required"))
 	}
 	if c.WorkspaceRoot == "" {
 		errs = append(errs, errors.New("orchestrator: WorkspaceRoot is required"))
@@ -85,12 +83,18 @@ func Run(ctx context.Context, cfg Config) error {
 	defer pool.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
+	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
+	if err != nil {
+		return err
+	}
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: cfg.BusPollInterval})
 	if err != nil {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
-	cfg.Topology.Services = cfg.Protocols.Services()
+	if cfg.Topology.Services, err = workflows.Services(ctx); err != nil {
+		return err
+	}
 	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
@@ -106,8 +110,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if callbacks.RESTBaseURL == "" {
 		callbacks.RESTBaseURL = "http://" + ep.HTTPAddr()
 	}
-	eng, err := engine.New(store, engine.Config{Protocols: cfg.Protocols, Callbacks: callbacks,
-		WorkspaceRoot: cfg.WorkspaceRoot, RetryBackoff: cfg.RetryBackoff, Logger: log})
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, Callbacks: callbacks,
+		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log})
 	if err != nil {
 		ep.Close()
 		return err

@@ -7,7 +7,6 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/reconciler/internal/reconciler"
@@ -30,10 +29,12 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		},
 		OutboxRetention: e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
 	}
-	var err error
-	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
-		return cfg, err
+	cfg.Callbacks = reconciler.CallbackConfig{
+		MaxAttempts:    e.Int("LUCIUS_CALLBACK_MAX_ATTEMPTS", 0),
+		InitialBackoff: e.Duration("LUCIUS_CALLBACK_BACKOFF", 0),
+		Timeout:        e.Duration("LUCIUS_CALLBACK_TIMEOUT", 0),
 	}
-	cfg.Protocols, err = protocol.LoadDirOrBuiltin(e.String("LUCIUS_PROTOCOLS_DIR", ""))
+	var err error
+	cfg.Topology, err = topology.ConfigFromEnv(e)
 	return cfg, err
 }

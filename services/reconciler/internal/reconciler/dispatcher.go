@@ -95,11 +95,9 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 	return d, err
 }
 
-// run publishes until ctx ends. A notification on ledger.NotifyChannel (sent
-// after every commit that wrote outbox rows) wakes it; a poll is the fallback.
-func (d *dispatcher) run(ctx context.Context) {
-	wake := make(chan struct{}, 1)
-	go listen(ctx, d.pool, ledger.NotifyChannel, wake, d.log)
+// run publishes until ctx ends. wake fires after every commit that wrote
+// outbox rows (ledger.NotifyChannel); a poll is the fallback.
+func (d *dispatcher) run(ctx context.Context, wake <-chan struct{}) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -126,7 +124,8 @@ func (d *dispatcher) run(ctx context.Context) {
 // round claims one batch, publishes it grouped by destination, and marks what
 // was published. It returns the number of rows claimed.
 func (d *dispatcher) round(ctx context.Context) (int, error) {
-	msgs, err := d.store.ClaimOutbox(ctx, d.cfg.BatchSize, d.cfg.Lease)
+	msgs, err := d.store.ClaimOutbox(ctx, ledger.OutboxClaim{Limit: d.cfg.BatchSize, Lease: d.cfg.Lease,
+		Kinds: []string{ledger.KindCompletion}, Exclude: true}) // callbacks go over HTTP, see deliverer
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
@@ -213,12 +212,15 @@ func (d *dispatcher) closeSenders() {
 	}
 }
 
-// listen forwards notifications on channel to wake, reconnecting on failure.
-func listen(ctx context.Context, pool *pgxpool.Pool, channel string, wake chan<- struct{}, log *slog.Logger) {
+// listen forwards notifications on channel to every wake channel,
+// reconnecting on failure.
+func listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *slog.Logger, wakes ...chan<- struct{}) {
 	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
+		for _, wake := range wakes {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	for ctx.Err() == nil {

@@ -7,7 +7,6 @@ package reconciler
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/protocol"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -26,11 +25,9 @@ type Config struct {
 	// 127.0.0.1:8083, 20 connections by default.
 	process.Service
 	// Topology is the bus layout and entity options every process declares alike.
-	Topology topology.Config
-	// Protocols name the services whose subscriptions are declared before
-	// anything is published to their topics.
-	Protocols  *protocol.Registry // required
+	Topology   topology.Config
 	Dispatcher DispatcherConfig
+	Callbacks  CallbackConfig
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
 	PurgeInterval   time.Duration // default 1m
@@ -38,11 +35,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate()}
-	if c.Protocols == nil {
-		errs = append(errs, errors.New("reconciler: Protocols is required"))
-	}
-	return errors.Join(errs...)
+	return c.Service.Validate()
 }
 
 func (c *Config) defaults() {
@@ -74,11 +67,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
-	cfg.Topology.Services = cfg.Protocols.Services()
+	// Declare the subscriptions of every service known so far; orchestrators and
+	// workers declare theirs too, before anything is published to them.
+	if cfg.Topology.Services, err = registry.New(store).Services(ctx); err != nil {
+		return err
+	}
 	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
 	disp, err := newDispatcher(store, b, pool, cfg.Dispatcher, log)
+	if err != nil {
+		return err
+	}
+	deliv, err := newDeliverer(store, cfg.Callbacks, log)
 	if err != nil {
 		return err
 	}
@@ -88,9 +89,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	published, callbacks := make(chan struct{}, 1), make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){
-		disp.run,
+		func(ctx context.Context) { listen(ctx, pool, ledger.NotifyChannel, log, published, callbacks) },
+		func(ctx context.Context) { disp.run(ctx, published) },
+		func(ctx context.Context) { deliv.run(ctx, callbacks) },
 		func(ctx context.Context) { purgeLoop(ctx, store, cfg.PurgeInterval, cfg.OutboxRetention, log) },
 	} {
 		wg.Add(1)
