@@ -22,6 +22,11 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	// A process frozen inside a transaction (SIGSTOP, a stuck goroutine) must not
+	// hold row locks forever: the server aborts it, and its late commit fails.
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "15s"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)

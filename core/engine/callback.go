@@ -11,6 +11,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Outcome is what a callback did (lucius.v1.CallbackOutcome).
@@ -137,73 +138,114 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 // fan-out child, its parent's counters. r is nil when the job already ended.
 func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
 	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
-	var parent *ledger.Step
-	if step.Kind == ledger.KindChild {
-		var err error
-		if r != nil {
-			parent = r.nodes[step.NodeID]
-		} else if parent, err = tx.Step(ctx, job.JobID, step.Parent); err != nil {
+	if req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		f := failure{class: classNonRetryable, code: "RESULT_FAILED_NON_RETRYABLE", reason: req.GetReason(), backoff: true}
+		if req.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {
+			f.class, f.code = classRetryable, "RESULT_FAILED_RETRYABLE"
+		}
+		return e.failAttempt(ctx, tx, r, job, step, attempt, f, now)
+	}
+	if req.GetOutput() != nil {
+		output, err := protojson.Marshal(req.GetOutput())
+		if err != nil {
 			return err
 		}
-	}
-	failed := req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED
-	class, reason := "NON_RETRYABLE", req.GetReason()
-	if req.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {
-		class = "RETRYABLE"
-	}
-	if !failed {
-		if req.GetOutput() != nil {
-			output, err := protojson.Marshal(req.GetOutput())
-			if err != nil {
-				return err
-			}
-			if len(output) > e.cfg.OutputLimit {
-				failed, class = true, "NON_RETRYABLE"
-				reason = fmt.Sprintf("%s: the output is %d bytes, over the %d-byte limit; write large results as artifacts and return their refs",
-					ReasonOutputTooLarge, len(output), e.cfg.OutputLimit)
-			} else {
-				step.Output = json.RawMessage(output)
-			}
+		if len(output) > e.cfg.OutputLimit {
+			return e.failAttempt(ctx, tx, r, job, step, attempt, failure{class: classNonRetryable, code: ReasonOutputTooLarge,
+				reason: fmt.Sprintf("%s: the output is %d bytes, over the %d-byte limit; write large results as artifacts and return their refs",
+					ReasonOutputTooLarge, len(output), e.cfg.OutputLimit)}, now)
 		}
-		step.Artifacts = artifactsFromProto(req.GetArtifacts())
+		step.Output = json.RawMessage(output)
 	}
-	if !failed {
-		setStepStatus(tx, step, ledger.StepSucceeded, "RESULT_SUCCEEDED", now)
-		attempt.Status = ledger.StepSucceeded
-		if parent != nil {
-			parent.Children.Running--
-			parent.Children.Succeeded++
-		}
-		return e.writeSettled(ctx, tx, r, job, step, attempt, parent, now)
+	step.Artifacts = artifactsFromProto(req.GetArtifacts())
+	setStepStatus(tx, step, ledger.StepSucceeded, "RESULT_SUCCEEDED", now)
+	attempt.Status = ledger.StepSucceeded
+	parent, err := e.parentOf(ctx, tx, r, job, step)
+	if err != nil {
+		return err
 	}
-	step.FailureClass, step.Reason = class, reason
-	attempt.FailureClass, attempt.Reason = class, reason
-	if class == "RETRYABLE" && step.AttemptNo < step.MaxAttempts && r != nil && job.Status != ledger.JobCancelling {
+	if parent != nil {
+		parent.Children.Running--
+		parent.Children.Succeeded++
+	}
+	return e.writeSettled(ctx, tx, r, step, attempt, parent, now)
+}
+
+// Failure classes of an attempt.
+const (
+	classRetryable    = "RETRYABLE"
+	classNonRetryable = "NON_RETRYABLE"
+)
+
+// failure is how an attempt ended badly, whatever reported it: a RESULT, an ACK
+// timeout or an expired lease.
+type failure struct {
+	class  string // RETRYABLE or NON_RETRYABLE
+	code   string // the event reason, e.g. ACK_TIMEOUT
+	reason string // human-readable
+	// backoff delays the next attempt by the node's retry policy; without it the
+	// next attempt is dispatched at once.
+	backoff bool
+}
+
+// failAttempt ends an attempt that failed: a retryable failure with attempts
+// left starts the next attempt (same pinned routing, new lease), anything else
+// fails the step for good with a dead-letter record, and the job fails fast
+// unless an on_failure path takes over. r is nil when the job already ended.
+func (e *Engine) failAttempt(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
+	attempt *ledger.Attempt, f failure, now time.Time) error {
+	step.FailureClass, step.Reason = f.class, f.reason
+	attempt.FailureClass, attempt.Reason = f.class, f.reason
+	attempt.CompletedAt = now
+	if f.class == classRetryable && step.AttemptNo < step.MaxAttempts && r != nil && job.Status != ledger.JobCancelling {
 		node, _ := r.def.Node(step.NodeID)
 		attempt.Status = ledger.StepFailedRetry
-		setStepStatus(tx, step, ledger.StepFailedRetry, "RESULT_FAILED_RETRYABLE", now)
+		setStepStatus(tx, step, ledger.StepFailedRetry, f.code, now)
 		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
 			return err
 		}
-		return r.newAttempt(ctx, step, now.Add(node.Task.Retry.Backoff(step.AttemptNo)), "RETRY_AFTER_BACKOFF")
+		at := now
+		if f.backoff {
+			at = now.Add(node.Task.Retry.Backoff(step.AttemptNo))
+		}
+		return r.newAttempt(ctx, step, at, "RETRY")
 	}
-	code := "RESULT_FAILED_NON_RETRYABLE"
-	if class == "RETRYABLE" {
+	code := f.code
+	if f.class == classRetryable {
 		code = "MAX_ATTEMPTS_EXHAUSTED"
 	}
 	attempt.Status = ledger.StepFailedFinal
 	setStepStatus(tx, step, ledger.StepFailedFinal, code, now)
+	if err := tx.InsertDeadLetter(ctx, ledger.DeadLetter{Kind: ledger.DeadLetterStep, JobID: job.JobID, StepID: step.StepID,
+		AttemptNo: step.AttemptNo, Reason: code, Description: f.reason}); err != nil {
+		return err
+	}
 	if r != nil && job.Reason == "" {
-		job.Reason = fmt.Sprintf("step %s failed: %s", step.StepID, reason)
+		job.Reason = fmt.Sprintf("step %s failed (%s): %s", step.StepID, code, f.reason)
+	}
+	parent, err := e.parentOf(ctx, tx, r, job, step)
+	if err != nil {
+		return err
 	}
 	if parent != nil {
 		parent.Children.Running--
 		parent.Children.Failed++
 	}
-	return e.writeSettled(ctx, tx, r, job, step, attempt, parent, now)
+	return e.writeSettled(ctx, tx, r, step, attempt, parent, now)
 }
 
-func (e *Engine) writeSettled(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
+// parentOf returns a fan-out child's parent step (nil for a node step).
+func (e *Engine) parentOf(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step) (*ledger.Step, error) {
+	if step.Kind != ledger.KindChild {
+		return nil, nil
+	}
+	if r != nil {
+		return r.nodes[step.NodeID], nil
+	}
+	return tx.Step(ctx, job.JobID, step.Parent)
+}
+
+func (e *Engine) writeSettled(ctx context.Context, tx *ledger.Tx, r *run, step *ledger.Step,
 	attempt *ledger.Attempt, parent *ledger.Step, now time.Time) error {
 	if err := writeStep(ctx, tx, step, attempt); err != nil {
 		return err
@@ -215,6 +257,73 @@ func (e *Engine) writeSettled(ctx context.Context, tx *ledger.Tx, r *run, job *l
 		closeFanOut(tx, parent, now) // the job ended; close the fan-out once its last child is back
 	}
 	return tx.UpdateStep(ctx, parent)
+}
+
+// HeartbeatResult is the answer to Heartbeat.
+type HeartbeatResult struct {
+	Outcome        Outcome
+	StepStatus     ledger.StepStatus
+	LeaseExpiresAt time.Time
+}
+
+// Heartbeat extends the lease of the current attempt by the node's timeout
+// and records its progress. A heartbeat before any ACK implies the ACK.
+func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) (HeartbeatResult, error) {
+	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "HEARTBEAT"}
+	var out HeartbeatResult
+	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
+		now := e.cfg.Now()
+		job, step, err := lockStep(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		out.StepStatus = step.Status
+		if outcome, rejected := checkCallback(tx, job, step, key, false); rejected {
+			out.Outcome = outcome
+			return nil
+		}
+		attempt, err := tx.Attempt(ctx, key.jobID, key.stepID, key.attemptNo)
+		if err != nil {
+			return err
+		}
+		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
+			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+				return err
+			}
+			if err := tx.UpdateStep(ctx, step); err != nil {
+				return err
+			}
+		}
+		timeout, err := e.timeout(ctx, job, step)
+		if err != nil {
+			return err
+		}
+		attempt.LeaseExpiresAt, attempt.LastHeartbeatAt = now.Add(timeout), now
+		if req.GetProgress() != nil {
+			if attempt.Progress, err = protojson.Marshal(req.GetProgress()); err != nil {
+				return err
+			}
+		}
+		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
+			return err
+		}
+		out = HeartbeatResult{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: step.Status,
+			LeaseExpiresAt: attempt.LeaseExpiresAt}
+		return tx.UpdateJob(ctx, job)
+	})
+	return out, err
+}
+
+// timeout is the execution lease of a step's node.
+func (e *Engine) timeout(ctx context.Context, job *ledger.Job, step *ledger.Step) (time.Duration, error) {
+	def, err := e.cfg.Definitions.Get(ctx, job.WorkflowID, job.WorkflowVersion)
+	if err != nil {
+		return 0, err
+	}
+	if node, ok := def.Node(step.NodeID); ok && node.Task != nil {
+		return node.Task.Timeout, nil
+	}
+	return workflow.DefaultTimeout, nil
 }
 
 // lockStep locks the job and returns it with the named step.
@@ -239,7 +348,7 @@ func checkCallback(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, key callba
 	var outcome Outcome
 	var reason string
 	switch {
-	case current && (alreadyApplied || (step.Status.Terminal() && (key.kind == "ACK" || finishedByThisAttempt(step)))):
+	case current && (alreadyApplied || finishedByThisAttempt(step)):
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE, ReasonDuplicate
 	case step.Status.Terminal():
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL, ReasonAfterTerminal
@@ -275,14 +384,12 @@ func (e *Engine) startStep(ctx context.Context, tx *ledger.Tx, job *ledger.Job, 
 	}
 	attempt.Status, attempt.AckedAt = ledger.StepInProgress, now
 	attempt.WorkerID = workerID
-	def, err := e.cfg.Definitions.Get(ctx, job.WorkflowID, job.WorkflowVersion)
+	timeout, err := e.timeout(ctx, job, step)
 	if err != nil {
 		return err
 	}
-	if node, ok := def.Node(step.NodeID); ok && node.Task != nil {
-		attempt.LeaseExpiresAt = now.Add(node.Task.Timeout)
-	}
-	if job.Status == ledger.JobDispatching || job.Status == ledger.JobQueued {
+	attempt.LeaseExpiresAt = now.Add(timeout)
+	if job.Status == ledger.JobDispatching || job.Status == ledger.JobQueued || job.Status == ledger.JobFailedRetry {
 		setJobStatus(tx, job, ledger.JobInProgress, "STEP_ACKNOWLEDGED", now)
 	}
 	return nil

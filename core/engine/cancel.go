@@ -49,11 +49,15 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 			return err
 		}
 		nodes := map[string]*ledger.Step{}
-		running := false
 		for i := range steps {
-			s := &steps[i]
-			nodes[s.NodeID] = s
-			running = running || s.Status.InFlight() || s.Status == ledger.StepFailedRetry || s.Children.Running > 0
+			nodes[steps[i].StepID] = &steps[i]
+		}
+		if err := cancelWaiting(ctx, tx, jobID, nodes, "CANCELLED_DURING_BACKOFF"); err != nil {
+			return err
+		}
+		running := false
+		for _, s := range nodes {
+			running = running || s.Status.InFlight() || s.Children.Running > 0
 		}
 		if running {
 			setJobStatus(tx, job, ledger.JobCancelling, "CANCEL_REQUESTED", now)
@@ -65,4 +69,28 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		return nil, err
 	}
 	return store.GetJob(ctx, jobID)
+}
+
+// cancelWaiting cancels the job's steps waiting for a retry at once: they are
+// not running, and their next attempt must not start. Their fan-out parents
+// (in nodes, by step id) stop counting them as running.
+func cancelWaiting(ctx context.Context, tx *ledger.Tx, jobID string, nodes map[string]*ledger.Step, code string) error {
+	waiting, err := tx.CancelWaiting(ctx, jobID, code)
+	if err != nil {
+		return err
+	}
+	for _, w := range waiting {
+		tx.Append(ledger.Event{JobID: jobID, StepID: w.StepID, AttemptNo: w.AttemptNo, Type: ledger.EventStepStatusChanged,
+			FromStatus: string(ledger.StepFailedRetry), ToStatus: string(ledger.StepCancelled), Reason: code})
+		if node := nodes[w.StepID]; node != nil {
+			node.Status = ledger.StepCancelled // keep the caller's view current
+		}
+		if parent := nodes[w.Parent]; parent != nil {
+			parent.Children.Running--
+			if err := tx.UpdateStep(ctx, parent); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -37,8 +38,14 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 			WorkflowID: req.RequestType, WorkflowVersion: req.WorkflowVersion, Status: ledger.JobQueued,
 			Routing: req.Routing, InputRef: req.InputRef, OutputRef: req.OutputRef, DocID: req.DocID,
 			CorrelationID: req.CorrelationID, CallbackURL: req.CallbackURL, OwnerID: owner, OwnerEpoch: 1,
+			ReplayOf: req.ReplayOf,
 		}
 		def, inputs, problem := e.prepare(ctx, job, q.GetCommand().GetPayload().AsMap())
+		sla := e.cfg.DefaultSLA
+		if def != nil && def.SLA > 0 {
+			sla = def.SLA
+		}
+		job.DeadlineAt = now.Add(sla)
 		if job.Payload, err = json.Marshal(inputs); err != nil {
 			return err
 		}
@@ -55,14 +62,9 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 			// reason rather than lose the job.
 			return finish(ctx, tx, job, nil, ledger.JobFailedFinal, "CANNOT_START", problem, now)
 		}
-		steps := make([]ledger.Step, len(def.Nodes))
-		for i, n := range def.Nodes {
-			steps[i] = ledger.Step{JobID: job.JobID, StepID: n.ID, NodeID: n.ID, Kind: n.Type, Index: i,
-				Type: strings.ToUpper(n.Type), Status: ledger.StepPending}
-			if n.Task != nil {
-				steps[i].Type, steps[i].Service = n.Task.Handler, n.Task.Service
-				steps[i].MaxAttempts, steps[i].AckTimeout = n.Task.Retry.MaxAttempts, n.Task.AckTimeout
-			}
+		steps, err := e.initialSteps(ctx, tx, job, def)
+		if err != nil {
+			return err
 		}
 		if err := tx.InsertSteps(ctx, steps); err != nil {
 			return err
@@ -70,7 +72,9 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 		r := &run{e: e, tx: tx, job: job, def: def, nodes: map[string]*ledger.Step{}, inputs: inputs, now: now,
 			children: map[string][]ledger.ChildResult{}}
 		for i := range steps {
-			r.nodes[steps[i].NodeID] = &steps[i]
+			if steps[i].Kind != ledger.KindChild {
+				r.nodes[steps[i].NodeID] = &steps[i]
+			}
 		}
 		if !cancelledAt.IsZero() {
 			job.CancelRequestedAt = cancelledAt
@@ -96,4 +100,65 @@ func (e *Engine) prepare(ctx context.Context, job *ledger.Job, payload map[strin
 		return nil, payload, fmt.Sprintf("inputs do not fit workflow %s: %s %s", def.Key(), violations[0].Field, violations[0].Description)
 	}
 	return def, inputs, ""
+}
+
+// initialSteps are a new job's steps: one per workflow node, or, for a
+// replay, the failed job's steps with what succeeded carried over (outputs,
+// artifacts, branch decisions, fan-out children) and everything else pending
+// again; attempt numbers continue, so each failed step runs with a new attempt.
+func (e *Engine) initialSteps(ctx context.Context, tx *ledger.Tx, job *ledger.Job, def *workflow.Definition) ([]ledger.Step, error) {
+	if job.ReplayOf == "" {
+		steps := make([]ledger.Step, len(def.Nodes))
+		for i, n := range def.Nodes {
+			steps[i] = ledger.Step{JobID: job.JobID, StepID: n.ID, NodeID: n.ID, Kind: n.Type, Index: i,
+				Type: strings.ToUpper(n.Type), Status: ledger.StepPending}
+			if n.Task != nil {
+				steps[i].Type, steps[i].Service = n.Task.Handler, n.Task.Service
+				steps[i].MaxAttempts, steps[i].AckTimeout = n.Task.Retry.MaxAttempts, n.Task.AckTimeout
+			}
+		}
+		return steps, nil
+	}
+	old, err := tx.AllSteps(ctx, job.ReplayOf)
+	if err != nil {
+		return nil, err
+	}
+	if len(old) == 0 {
+		return nil, fmt.Errorf("replay of %s: the job has no steps", job.ReplayOf)
+	}
+	counts := map[string]*ledger.Children{}
+	steps := make([]ledger.Step, len(old))
+	for i, s := range old {
+		s.JobID, s.LeaseID = job.JobID, ""
+		s.CreatedAt, s.UpdatedAt = time.Time{}, time.Time{}
+		kept := s.Status == ledger.StepSucceeded || s.Status == ledger.StepSkipped
+		if !kept {
+			s.Status, s.Output, s.Artifacts, s.FailureClass, s.Reason = ledger.StepPending, nil, nil, "", ""
+			s.StartedAt, s.CompletedAt = time.Time{}, time.Time{}
+		}
+		if s.Kind == ledger.KindFanOut && s.Expanded {
+			s.Children = ledger.Children{Total: s.Children.Total}
+			counts[s.StepID] = &s.Children
+			if !kept {
+				s.Status = ledger.StepPending
+			}
+		}
+		steps[i] = s
+	}
+	for i := range steps {
+		if c := counts[steps[i].Parent]; c != nil {
+			if steps[i].Status == ledger.StepSucceeded {
+				c.Succeeded++
+			} else {
+				c.Pending++
+			}
+		}
+	}
+	// counts points into steps' copies made above; write them back.
+	for i := range steps {
+		if c := counts[steps[i].StepID]; c != nil {
+			steps[i].Children = *c
+		}
+	}
+	return steps, nil
 }

@@ -42,19 +42,25 @@ const (
 
 // newAttempt creates the next attempt of step s with a fresh lease and the
 // job's pinned routing, and enqueues its directive, delivered at deliverAt
-// (zero: at once).
+// (zero: at once). A delayed attempt (a retry after backoff) leaves the step
+// FAILED_RETRY, waiting, until a worker acknowledges it: cancelling the job
+// meanwhile cancels the step at once.
 func (r *run) newAttempt(ctx context.Context, s *ledger.Step, deliverAt time.Time, reason string) error {
 	s.AttemptNo++
 	s.LeaseID = uuid.NewString()
-	s.FailureClass, s.Reason = "", ""
-	setStepStatus(r.tx, s, ledger.StepDispatching, reason, r.now)
-	start := r.now
+	status, start := ledger.StepDispatching, r.now
 	if deliverAt.After(r.now) {
-		start = deliverAt
+		status, start = ledger.StepFailedRetry, deliverAt
+		if r.job.Status == ledger.JobInProgress || r.job.Status == ledger.JobDispatching {
+			setJobStatus(r.tx, r.job, ledger.JobFailedRetry, "STEP_WAITING_FOR_RETRY", r.now)
+		}
+	} else {
+		s.FailureClass, s.Reason = "", ""
 	}
+	setStepStatus(r.tx, s, status, reason, r.now)
 	attempt := &ledger.Attempt{
 		JobID: r.job.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID,
-		Status: ledger.StepDispatching, Routing: r.job.Routing, AckDeadline: start.Add(s.AckTimeout),
+		Status: status, Routing: r.job.Routing, AckDeadline: start.Add(s.AckTimeout),
 	}
 	if err := r.tx.InsertAttempt(ctx, attempt); err != nil {
 		return err
@@ -139,6 +145,10 @@ func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.At
 		Routing:           RoutingToProto(a.Routing),
 		AckTimeout:        durationpb.New(s.AckTimeout),
 		IssueTime:         timestamppb.New(r.now),
+		WorkflowVersion:   int32(job.WorkflowVersion),
+	}
+	if node.Task != nil {
+		d.LeaseTimeout = durationpb.New(node.Task.Timeout)
 	}
 	body, err := protojson.Marshal(d)
 	if err != nil {

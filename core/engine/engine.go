@@ -42,7 +42,10 @@ type Config struct {
 	// OutputLimit caps a RESULT's inline output in bytes (default 256 KiB);
 	// larger results belong in artifacts.
 	OutputLimit int
-	Logger      *slog.Logger
+	// DefaultSLA bounds a job's life when its workflow sets no sla_seconds
+	// (default 24h): still running then, it fails with SLA_EXCEEDED.
+	DefaultSLA time.Duration
+	Logger     *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -90,6 +93,9 @@ func New(store *ledger.Store, cfg Config) (*Engine, error) {
 	}
 	if cfg.OutputLimit == 0 {
 		cfg.OutputLimit = DefaultOutputLimit
+	}
+	if cfg.DefaultSLA == 0 {
+		cfg.DefaultSLA = 24 * time.Hour
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -31,6 +31,26 @@ type fixture struct {
 	store *ledger.Store
 	reg   *registry.Registry
 	eng   *engine.Engine
+	clock *clock
+}
+
+// clock is the engine's time: real time until a test moves it on.
+type clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Advance moves the engine's time on (the database's now() stays real).
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
 }
 
 func setup(t *testing.T) *fixture {
@@ -42,15 +62,17 @@ func setup(t *testing.T) *fixture {
 	if _, err := reg.Load(context.Background(), workflow.BuiltinFiles()); err != nil {
 		t.Fatal(err)
 	}
+	clk := &clock{}
 	eng, err := engine.New(store, engine.Config{
 		Definitions:   reg,
 		Callbacks:     engine.Callbacks{GRPCTarget: "dns:///orchestrator:9091", RESTBaseURL: "http://orchestrator:8081"},
 		WorkspaceRoot: "file:///tmp/ws",
+		Now:           clk.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: context.Background(), store: store, reg: reg, eng: eng}
+	return &fixture{t: t, ctx: context.Background(), store: store, reg: reg, eng: eng, clock: clk}
 }
 
 // accept stores a request the way the gateway does and returns its queue message.
@@ -122,11 +144,11 @@ func (f *fixture) job(jobID string) *ledger.Job {
 	return j
 }
 
-// current returns the in-flight step and its attempt.
+// current returns the step in flight (or waiting for its retry) and its attempt.
 func (f *fixture) current(jobID string) ledger.StepWithAttempts {
 	f.t.Helper()
 	for _, s := range f.steps(jobID) {
-		if s.Status.InFlight() {
+		if s.Status.InFlight() || s.Status == ledger.StepFailedRetry {
 			return s
 		}
 	}
@@ -362,7 +384,7 @@ func TestNonRetryableFailureFailsJobAndCancelsPendingSteps(t *testing.T) {
 	if steps[1].Status != ledger.StepCancelled || steps[2].Status != ledger.StepCancelled || steps[1].AttemptNo != 0 {
 		t.Fatalf("later steps %s/%s", steps[1].Status, steps[2].Status)
 	}
-	if j := f.job(q.JobId); j.Reason != "step ocr failed: boom" {
+	if j := f.job(q.JobId); j.Reason != "step ocr failed (RESULT_FAILED_NON_RETRYABLE): boom" {
 		t.Fatalf("job reason %q", j.Reason)
 	}
 }
@@ -373,12 +395,12 @@ func TestRetryableFailureRetriesWithPinnedRoutingUntilExhausted(t *testing.T) {
 	q := f.accept("OCR")
 	job := f.create(q)
 	for attempt := 1; attempt <= workflow.DefaultMaxAttempts; attempt++ {
-		s := f.current(q.JobId)
+		s := f.current(q.JobId) // a retry waiting out its backoff is current too
 		if s.AttemptNo != attempt {
 			t.Fatalf("attempt %d in flight, want %d", s.AttemptNo, attempt)
 		}
 		r := f.result(q.JobId, s.StepID, attempt, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
-		if attempt < workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepDispatching || r.JobStatus == ledger.JobFailedFinal) {
+		if attempt < workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedRetry || r.JobStatus != ledger.JobFailedRetry) {
 			t.Fatalf("attempt %d: %+v", attempt, r)
 		}
 		if attempt == workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal) {
@@ -567,11 +589,12 @@ func TestOrphanReclaimIncrementsEpoch(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].PreviousOwner != "orch-a" || got[0].Epoch != 2 {
 		t.Fatalf("reclaim: %v %+v", err, got)
 	}
-	if n, _ := f.store.Heartbeat(f.ctx, "orch-a"); n != 0 {
-		t.Fatalf("the former owner's heartbeat touched %d jobs", n)
+	kept, fenced, err := f.store.HeartbeatOwned(f.ctx, "orch-a", []ledger.OwnedJob{{JobID: q.JobId, Epoch: 1}})
+	if err != nil || len(kept) != 0 || len(fenced) != 1 || fenced[0].Owner != "orch-b" || fenced[0].CurrentEpoch != 2 {
+		t.Fatalf("the former owner's heartbeat: kept %v, fenced %+v, %v", kept, fenced, err)
 	}
-	if n, _ := f.store.Heartbeat(f.ctx, "orch-b"); n != 1 {
-		t.Fatalf("the new owner's heartbeat touched %d jobs", n)
+	if kept, fenced, err := f.store.HeartbeatOwned(f.ctx, "orch-b", []ledger.OwnedJob{{JobID: q.JobId, Epoch: 2}}); err != nil || len(kept) != 1 || len(fenced) != 0 {
+		t.Fatalf("the new owner's heartbeat: kept %v, fenced %+v, %v", kept, fenced, err)
 	}
 	if again, _ := f.store.ReclaimOrphans(f.ctx, "orch-c", 2*time.Minute, 10); len(again) != 0 {
 		t.Fatal("a freshly heartbeated job was reclaimed")

@@ -218,6 +218,11 @@ func (r *run) expand(ctx context.Context, a workflow.Action) error {
 // still running may finish; its results are recorded, never applied to the job.
 func finish(ctx context.Context, tx *ledger.Tx, job *ledger.Job, nodes map[string]*ledger.Step,
 	status ledger.JobStatus, code, reason string, now time.Time) error {
+	if status != ledger.JobSucceeded {
+		if err := cancelWaiting(ctx, tx, job.JobID, nodes, "JOB_"+string(status)); err != nil {
+			return err
+		}
+	}
 	cancelled, err := tx.CancelPending(ctx, job.JobID, "JOB_"+string(status))
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
-	cancel_requested_at, created_at, updated_at, completed_at`
+	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at`
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
 	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
@@ -22,7 +22,8 @@ const (
 
 	attemptColumns = `job_id, step_id, attempt_no, lease_id::text, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
-	worker_id, failure_class, reason, created_at, ack_deadline, acked_at, lease_expires_at, completed_at`
+	worker_id, failure_class, reason, created_at, ack_deadline, acked_at, lease_expires_at,
+	last_heartbeat_at, progress, completed_at`
 
 	eventColumns = `event_id, job_id, step_id, attempt_no, type, from_status, to_status, reason, data, created_at`
 
@@ -45,6 +46,7 @@ const (
 	coalesce(j.current_step_id, '') AS current_step_id,
 	coalesce(j.reason, r.cancel_reason) AS reason, coalesce(j.result_ref, '') AS result_ref,
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
+	r.replay_of, j.deadline_at,
 	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at
 	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
 )
@@ -52,8 +54,8 @@ const (
 const (
 	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
-	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING received_at`
 
@@ -62,7 +64,7 @@ const (
 	sqlLockRequest = `SELECT job_id, tenant_id, coalesce(idempotency_key, ''), request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
-	cancel_requested_at, received_at
+	cancel_requested_at, received_at, replay_of
 	FROM requests WHERE job_id = $1 FOR UPDATE`
 
 	sqlCancelRequest = `UPDATE requests SET cancel_requested_at = coalesce(cancel_requested_at, now()),
@@ -71,12 +73,18 @@ const (
 
 	sqlLockJob = `SELECT ` + jobColumns + ` FROM jobs WHERE job_id = $1 FOR UPDATE`
 
-	sqlInsertJob = `INSERT INTO jobs (job_id, tenant_id, request_type, workflow_id, workflow_version, status,
+	// sqlInsertJob creates the job and marks its request claimed (what the
+	// stranded-request sweeper looks for is a request never claimed).
+	sqlInsertJob = `WITH ins AS (INSERT INTO jobs (job_id, tenant_id, request_type, workflow_id, workflow_version, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
-	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22, $23, $24)
-	ON CONFLICT (job_id) DO NOTHING`
+	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at,
+	replay_of, deadline_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22, $23, $24,
+	$25, $26)
+	ON CONFLICT (job_id) DO NOTHING
+	RETURNING job_id)
+	UPDATE requests r SET claimed_at = now() FROM ins WHERE r.job_id = ins.job_id`
 
 	sqlUpdateJob = `UPDATE jobs SET status = $2, current_step_id = $3, reason = $4, result_ref = $5,
 	cancel_requested_at = $6, completed_at = $7, updated_at = now()
@@ -125,7 +133,7 @@ const (
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 	sqlUpdateAttempt = `UPDATE attempts SET status = $4, worker_id = $5, failure_class = $6, reason = $7,
-	acked_at = $8, lease_expires_at = $9, completed_at = $10
+	acked_at = $8, lease_expires_at = $9, completed_at = $10, last_heartbeat_at = $11, progress = $12
 	WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
 
 	sqlGetJob = jobView + ` WHERE r.job_id = $1`
@@ -141,9 +149,6 @@ const (
 
 	sqlListEvents = `SELECT ` + eventColumns + ` FROM job_events WHERE job_id = $1 AND event_id > $2
 	ORDER BY event_id LIMIT $3`
-
-	sqlHeartbeat = `UPDATE jobs SET owner_heartbeat_at = now()
-	WHERE owner_id = $1 AND completed_at IS NULL`
 
 	// sqlReclaim takes over live jobs whose owner stopped heartbeating. The
 	// epoch increment fences the former owner; SKIP LOCKED lets several
@@ -223,6 +228,98 @@ const (
 
 	sqlHandlers = `SELECT name, service, description FROM handlers ORDER BY name`
 
+	sqlInsertDeadLetter = `INSERT INTO dead_letters (kind, job_id, step_id, attempt_no, reason, description,
+	entity, message_id, body, properties) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+	ON CONFLICT DO NOTHING`
+
+	sqlListDeadLetters = `SELECT id, kind, job_id, step_id, attempt_no, reason, description, entity, message_id,
+	body, properties, created_at, replay_job_id FROM dead_letters
+	WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR job_id = $2) AND ($3 = 0 OR id < $3)
+	ORDER BY id DESC LIMIT $4`
+
+	sqlMarkReplayed = `UPDATE dead_letters SET replay_job_id = $2 WHERE job_id = $1 AND kind = 'step' AND replay_job_id = ''`
+
+	sqlReplays = `SELECT job_id FROM requests WHERE replay_of = $1 ORDER BY received_at, job_id`
+
+	// sqlCancelWaiting closes the steps of a job that wait for a retry.
+	sqlCancelWaiting = `WITH s AS (
+		UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now()
+		WHERE job_id = $1 AND status = 'FAILED_RETRY'
+		RETURNING step_id, parent_step_id, attempt_no),
+	a AS (
+		UPDATE attempts a SET status = 'CANCELLED', completed_at = now()
+		FROM s WHERE a.job_id = $1 AND a.step_id = s.step_id AND a.attempt_no = s.attempt_no)
+	SELECT step_id, parent_step_id, attempt_no FROM s`
+
+	sqlAllSteps = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 ORDER BY step_index, child_index, step_id`
+
+	sqlPendingOutbox = `SELECT EXISTS (SELECT 1 FROM outbox WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3
+	AND kind = 'directive' AND sent_at IS NULL AND dead_at IS NULL)`
+
+	sqlCountDirectives = `SELECT count(*) FROM outbox WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND kind = 'directive'`
+
+	// Sweeper scans: candidates only; every action re-checks under the job's lock.
+	sqlDueAcks = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
+	JOIN steps s ON s.job_id = a.job_id AND s.step_id = a.step_id AND s.attempt_no = a.attempt_no
+	WHERE a.acked_at IS NULL AND a.completed_at IS NULL AND a.ack_deadline < now()
+	  AND s.status IN ('DISPATCHING', 'AWAITING_ACK', 'FAILED_RETRY')
+	ORDER BY a.ack_deadline LIMIT $1`
+
+	sqlDueLeases = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
+	JOIN steps s ON s.job_id = a.job_id AND s.step_id = a.step_id AND s.attempt_no = a.attempt_no
+	WHERE a.acked_at IS NOT NULL AND a.completed_at IS NULL AND a.lease_expires_at < now()
+	  AND s.status IN ('IN_PROGRESS', 'POLLING')
+	ORDER BY a.lease_expires_at LIMIT $1`
+
+	sqlStuckDispatching = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
+	JOIN steps s ON s.job_id = a.job_id AND s.step_id = a.step_id AND s.attempt_no = a.attempt_no
+	WHERE a.acked_at IS NULL AND a.completed_at IS NULL AND s.status = 'DISPATCHING'
+	  AND a.created_at < now() - make_interval(secs => $2)
+	  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = a.job_id AND o.step_id = a.step_id
+	                  AND o.attempt_no = a.attempt_no AND o.kind = 'directive' AND o.sent_at IS NULL AND o.dead_at IS NULL)
+	ORDER BY a.created_at LIMIT $1`
+
+	sqlDueSLAs = `SELECT job_id FROM jobs WHERE completed_at IS NULL AND deadline_at < now()
+	ORDER BY deadline_at LIMIT $1`
+
+	// sqlStaleOutbox reports each message unsent for too long once; one that
+	// failed to publish and waits out its backoff is made available at once,
+	// to be retried right after the sweeper repaired its destination.
+	// Completion callbacks keep their own retry schedule.
+	sqlStaleOutbox = `WITH c AS (
+		SELECT id FROM outbox
+		WHERE sent_at IS NULL AND dead_at IS NULL AND stale_at IS NULL AND kind <> 'completion-callback'
+		  AND created_at < now() - make_interval(secs => $2)
+		ORDER BY id LIMIT $1
+		FOR UPDATE SKIP LOCKED)
+	UPDATE outbox o SET stale_at = now(),
+		available_at = CASE WHEN o.last_error <> '' THEN least(o.available_at, now()) ELSE o.available_at END
+	FROM c WHERE o.id = c.id
+	RETURNING o.id, o.kind, o.destination, o.job_id, o.step_id, o.attempt_no, o.attempts, o.last_error`
+
+	// sqlStrandedRequests finds accepted requests no orchestrator claimed
+	// although their orchestrator-jobs message left the outbox long ago (it
+	// was dead-lettered, or lost with a restored bus).
+	sqlStrandedRequests = `SELECT r.job_id FROM requests r
+	WHERE r.claimed_at IS NULL AND r.received_at < now() - make_interval(secs => $2)
+	  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = r.job_id AND o.kind = 'job-request'
+	                  AND o.sent_at IS NULL AND o.dead_at IS NULL)
+	  AND (SELECT count(*) FROM job_events e WHERE e.job_id = r.job_id AND e.type = 'JOB_REQUEST_REQUEUED') < $3
+	ORDER BY r.received_at LIMIT $1`
+
+	sqlCountEvents = `SELECT count(*) FROM job_events WHERE job_id = $1 AND type = $2`
+
+	// sqlHeartbeatOwned refreshes the jobs an owner holds at the epochs it holds;
+	// a job reclaimed since (a higher epoch) is not touched: the write is fenced.
+	sqlHeartbeatOwned = `UPDATE jobs j SET owner_heartbeat_at = now()
+	FROM unnest($2::text[], $3::bigint[]) AS u(job_id, epoch)
+	WHERE j.job_id = u.job_id AND j.owner_id = $1 AND j.owner_epoch = u.epoch AND j.completed_at IS NULL
+	RETURNING j.job_id`
+
+	sqlOwnership = `SELECT job_id, owner_id, owner_epoch, completed_at IS NOT NULL FROM jobs WHERE job_id = ANY($1)`
+
+	sqlOwnedJobs = `SELECT job_id, owner_epoch FROM jobs WHERE owner_id = $1 AND completed_at IS NULL`
+
 	sqlOutboxBacklog = `SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)
 	FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL`
 )
@@ -231,14 +328,16 @@ func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	var heartbeat, cancelAt, completedAt *time.Time
 	var payload []byte
+	var deadline *time.Time
 	err := row.Scan(&j.JobID, &j.TenantID, &j.RequestType, &j.WorkflowID, &j.WorkflowVersion, &j.Status,
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
-		&cancelAt, &j.CreatedAt, &j.UpdatedAt, &completedAt)
+		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt)
 	if err != nil {
 		return nil, err
 	}
+	j.DeadlineAt = derefTime(deadline)
 	j.Payload = payload
 	j.OwnerHeartbeatAt, j.CancelRequestedAt, j.CompletedAt = derefTime(heartbeat), derefTime(cancelAt), derefTime(completedAt)
 	return &j, nil
@@ -268,13 +367,15 @@ func scanStep(row pgx.Row) (Step, error) {
 
 func scanAttempt(row pgx.Row) (*Attempt, error) {
 	var a Attempt
-	var deadline, acked, lease, completed *time.Time
+	var deadline, acked, lease, beat, completed *time.Time
 	err := row.Scan(&a.JobID, &a.StepID, &a.AttemptNo, &a.LeaseID, &a.Status,
 		&a.Routing.Mode, &a.Routing.Partition, &a.Routing.RoutingKey, &a.Routing.Topic, &a.Routing.DecisionSource,
-		&a.Routing.DecisionReason, &a.WorkerID, &a.FailureClass, &a.Reason, &a.CreatedAt, &deadline, &acked, &lease, &completed)
+		&a.Routing.DecisionReason, &a.WorkerID, &a.FailureClass, &a.Reason, &a.CreatedAt, &deadline, &acked, &lease,
+		&beat, &a.Progress, &completed)
 	if err != nil {
 		return nil, err
 	}
+	a.LastHeartbeatAt = derefTime(beat)
 	a.AckDeadline, a.AckedAt, a.CompletedAt = derefTime(deadline), derefTime(acked), derefTime(completed)
 	a.LeaseExpiresAt = derefTime(lease)
 	return &a, nil

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,19 +22,10 @@ type Accepted struct {
 func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage) (Accepted, error) {
 	var created bool
 	err := s.InTx(ctx, func(tx *Tx) error {
-		var received time.Time
-		err := tx.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
-			r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
-			r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
-			r.Routing.DecisionReason).Scan(&received)
-		if errors.Is(err, pgx.ErrNoRows) {
-			created = false
-			return nil
+		var err error
+		if created, err = tx.insertRequest(ctx, r); err != nil || !created {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("insert request %s: %w", r.JobID, err)
-		}
-		created = true
 		tx.Enqueue(msg)
 		tx.Append(Event{JobID: r.JobID, Type: EventJobAccepted, ToStatus: string(JobReceived),
 			Data: map[string]any{"tenant_id": r.TenantID, "request_type": r.RequestType, "correlation_id": r.CorrelationID}})
@@ -172,15 +162,6 @@ func (s *Store) ListEvents(ctx context.Context, jobID string, afterID int64, lim
 		return nil, fmt.Errorf("events of %s: %w", jobID, err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
-}
-
-// Heartbeat refreshes the ownership of every live job the owner holds.
-func (s *Store) Heartbeat(ctx context.Context, owner string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, sqlHeartbeat, owner)
-	if err != nil {
-		return 0, fmt.Errorf("heartbeat %s: %w", owner, err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // Reclaimed is a job taken over from a silent owner.

@@ -31,7 +31,7 @@ func (t *Tx) LockRequest(ctx context.Context, jobID string) (*Request, time.Time
 	err := t.tx.QueryRow(ctx, sqlLockRequest, jobID).Scan(&r.JobID, &r.TenantID, &r.IdempotencyKey, &r.RequestHash,
 		&r.RequestType, &r.WorkflowVersion, &r.InputRef, &r.OutputRef, &r.DocID, &r.CorrelationID, &r.CallbackURL, &r.Command,
 		&r.Routing.Mode, &r.Routing.Partition, &r.Routing.RoutingKey, &r.Routing.Topic, &r.Routing.DecisionSource,
-		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt)
+		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt, &r.ReplayOf)
 	if isNoRows(err) {
 		return nil, time.Time{}, fmt.Errorf("request %s: %w", jobID, ErrNotFound)
 	}
@@ -67,7 +67,8 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 	tag, err := t.tx.Exec(ctx, sqlInsertJob, j.JobID, j.TenantID, j.RequestType, j.WorkflowID, j.WorkflowVersion,
 		j.Status, j.Routing.Mode, j.Routing.Partition, j.Routing.RoutingKey, j.Routing.Topic, j.Routing.DecisionSource,
 		j.Routing.DecisionReason, j.InputRef, j.OutputRef, j.DocID, j.CorrelationID, j.CallbackURL, jsonOrEmpty(j.Payload),
-		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
+		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt),
+		j.ReplayOf, nullTime(j.DeadlineAt))
 	if err != nil {
 		return false, fmt.Errorf("insert job %s: %w", j.JobID, err)
 	}
@@ -222,7 +223,8 @@ func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
 // UpdateAttempt writes an attempt's mutable fields. Routing never changes.
 func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
 	tag, err := t.tx.Exec(ctx, sqlUpdateAttempt, a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID,
-		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt))
+		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt),
+		nullTime(a.LastHeartbeatAt), jsonOrNull(a.Progress))
 	if err != nil {
 		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
 	}

@@ -75,6 +75,15 @@ const (
 	EventFanOutExpanded    = "FAN_OUT_EXPANDED"
 	EventStepsCancelled    = "STEPS_CANCELLED"
 	EventCallbackDelivery  = "CALLBACK_DELIVERY"
+	EventAckTimeout        = "ACK_TIMEOUT"
+	EventLeaseExpired      = "LEASE_EXPIRED"
+	EventRedispatched      = "DIRECTIVE_REENQUEUED"
+	EventSLAExceeded       = "SLA_EXCEEDED"
+	EventJobReplayed       = "JOB_REPLAYED"
+	EventFenced            = "WRITE_FENCED"
+	EventOutboxStale       = "OUTBOX_STALE"
+	EventBusDeadLetter     = "BUS_DEAD_LETTER"
+	EventRequestRequeued   = "JOB_REQUEST_REQUEUED"
 )
 
 // Outbox message kinds.
@@ -112,7 +121,9 @@ type Request struct {
 	CallbackURL     string
 	Command         json.RawMessage // protojson of the envelope
 	Routing         Routing
-	ReceivedAt      time.Time
+	// ReplayOf names the failed job this request replays.
+	ReplayOf   string
+	ReceivedAt time.Time
 }
 
 // Job is a claimed, executing (or finished) request.
@@ -138,9 +149,13 @@ type Job struct {
 	Reason            string
 	ResultRef         string
 	CancelRequestedAt time.Time
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	CompletedAt       time.Time
+	// ReplayOf names the failed job this one replays.
+	ReplayOf string
+	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
+	DeadlineAt  time.Time
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	CompletedAt time.Time
 }
 
 // Artifact is a reference to something a step wrote.
@@ -217,8 +232,33 @@ type Attempt struct {
 	AckDeadline  time.Time
 	AckedAt      time.Time
 	// LeaseExpiresAt is when an acknowledged attempt's execution times out.
-	LeaseExpiresAt time.Time
-	CompletedAt    time.Time
+	LeaseExpiresAt  time.Time
+	LastHeartbeatAt time.Time
+	Progress        json.RawMessage
+	CompletedAt     time.Time
+}
+
+// Dead-letter kinds.
+const (
+	DeadLetterStep = "step"
+	DeadLetterBus  = "bus"
+)
+
+// DeadLetter is something that could not be processed.
+type DeadLetter struct {
+	ID          int64
+	Kind        string
+	JobID       string
+	StepID      string
+	AttemptNo   int
+	Reason      string
+	Description string
+	Entity      string
+	MessageID   string
+	Body        []byte
+	Properties  map[string]string
+	CreatedAt   time.Time
+	ReplayJobID string
 }
 
 // Event is one entry of a job's audit trail.

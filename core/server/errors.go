@@ -24,6 +24,8 @@ const (
 	ReasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
 	ReasonJobNotFound          = "JOB_NOT_FOUND"
 	ReasonStepNotFound         = "STEP_NOT_FOUND"
+	ReasonDeadLetterNotFound   = "DEAD_LETTER_NOT_FOUND"
+	ReasonJobNotReplayable     = "JOB_NOT_REPLAYABLE"
 	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
 	ReasonUnavailable          = "UNAVAILABLE"
 	ReasonInternal             = "INTERNAL"

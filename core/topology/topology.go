@@ -90,6 +90,23 @@ func DirectiveTopics(topology routing.Topology) []string {
 	return out
 }
 
+// Sources lists every entity Lucius receives from under cfg: the
+// orchestrator-jobs queue, the orchestrator-events subscription and each
+// service's directive subscriptions (each has a dead-letter queue).
+func Sources(cfg Config) []bus.Source {
+	if cfg.Topology == "" {
+		cfg.Topology = routing.TopologyTwoTopicSets
+	}
+	out := []bus.Source{bus.QueueSource(QueueOrchestratorJobs),
+		bus.SubscriptionSource(TopicOrchestratorEvents, SubscriptionOrchestrator)}
+	for _, svc := range cfg.Services {
+		for _, sub := range DirectiveSubscriptions(cfg.Topology, svc) {
+			out = append(out, sub.Source())
+		}
+	}
+	return out
+}
+
 // Declare creates or updates every entity of cfg.
 func Declare(ctx context.Context, admin bus.Admin, cfg Config) error {
 	if cfg.Topology == "" {

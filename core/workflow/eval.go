@@ -352,10 +352,13 @@ func (e *evaluator) finish() []Action {
 		}
 	}
 	switch {
+	case e.st.Cancelling:
+		// Cancellation wins over a failure of the work it let finish.
+		if !running {
+			e.actions = append(e.actions, Action{Kind: ActCancelled, Reason: "cancelled"})
+		}
 	case e.failed != "":
 		e.actions = append(e.actions, Action{Kind: ActFail, Reason: e.failed})
-	case e.st.Cancelling && !running:
-		e.actions = append(e.actions, Action{Kind: ActCancelled, Reason: "cancelled"})
 	case !unresolved:
 		if len(e.handled) > 0 {
 			e.actions = append(e.actions, Action{Kind: ActComplete, Status: FailedFinal,

@@ -145,6 +145,12 @@ func TestEvaluate(t *testing.T) {
 			Nodes: map[string]*NodeState{"S": ok(nil), "a": {Status: InProgress}}}, ""},
 		{"cancelling ends once nothing runs", linearYAML, State{Cancelling: true,
 			Nodes: map[string]*NodeState{"S": ok(nil), "a": ok(nil)}}, "cancelled"},
+		{"cancelling ends cancelled when the work it let finish failed", linearYAML, State{Cancelling: true,
+			Nodes: map[string]*NodeState{"S": ok(nil), "a": {Status: FailedFinal}}}, "cancelled"},
+		{"a failure while cancelling waits for other running work", fanYAML, State{Cancelling: true,
+			Nodes: map[string]*NodeState{"S": ok(nil), "plan": ok(nil),
+				"f": {Status: InProgress, Expanded: true, Children: Children{Total: 3, Pending: 1, Running: 1, Failed: 1}}}},
+			"failed_final:f"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

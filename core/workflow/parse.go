@@ -22,6 +22,7 @@ type rawDef struct {
 	Name        string              `yaml:"name"`
 	Version     int                 `yaml:"version"`
 	Description string              `yaml:"description"`
+	SLASeconds  int                 `yaml:"sla_seconds"`
 	Inputs      map[string]rawInput `yaml:"inputs"`
 	Nodes       yaml.Node           `yaml:"nodes"`
 }
@@ -167,6 +168,10 @@ func (p *parser) header(raw *rawDef) {
 	if raw.Version < 1 {
 		p.errAt(p.top("version"), "version must be 1 or more")
 	}
+	if raw.SLASeconds < 0 || raw.SLASeconds > 90*24*3600 {
+		p.errAt(p.top("sla_seconds"), "sla_seconds must be between 1 and 7776000 (90 days)")
+	}
+	p.def.SLA = time.Duration(raw.SLASeconds) * time.Second
 }
 
 func (p *parser) inputs(raw *rawDef) {

@@ -48,7 +48,10 @@ type Definition struct {
 	Name        string
 	Version     int
 	Description string
-	Inputs      map[string]Input
+	// SLA bounds a job's life: still running after it, the job fails with
+	// SLA_EXCEEDED. Zero: the engine's default.
+	SLA    time.Duration
+	Inputs map[string]Input
 	// Nodes in the order the YAML declares them.
 	Nodes []*Node
 	// Source is the YAML the definition was parsed from.

@@ -173,9 +173,11 @@ func (s *Stack) plan() error {
 		s.procs[name] = p
 		s.order = append(s.order, name)
 	}
-	add("reconciler", "reconciler", s.Endpoints.Reconciler, map[string]string{
-		"LUCIUS_RECONCILER_GRPC_ADDR": recGRPC, "LUCIUS_RECONCILER_HTTP_ADDR": s.Endpoints.Reconciler})
+	// Workers call back any orchestrator; the reconciler's retries carry the same.
 	callbackTarget := "ipv4:" + strings.Join(orchGRPC, ",")
+	add("reconciler", "reconciler", s.Endpoints.Reconciler, map[string]string{
+		"LUCIUS_RECONCILER_GRPC_ADDR": recGRPC, "LUCIUS_RECONCILER_HTTP_ADDR": s.Endpoints.Reconciler,
+		"LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget})
 	for i := range s.cfg.Orchestrators {
 		add(fmt.Sprintf("orchestrator-%d", i+1), "orchestrator", orchHTTP[i], map[string]string{
 			"LUCIUS_ORCHESTRATOR_GRPC_ADDR": orchGRPC[i], "LUCIUS_ORCHESTRATOR_HTTP_ADDR": orchHTTP[i],

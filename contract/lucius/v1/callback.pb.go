@@ -468,6 +468,153 @@ func (x *ResultRequest) GetWorkerId() string {
 	return ""
 }
 
+// HeartbeatRequest keeps one attempt's lease alive.
+type HeartbeatRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Optional progress, recorded on the attempt (e.g. {"percent": 40}).
+	Progress      *structpb.Struct `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	WorkerId      string           `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HeartbeatRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetAttemptNo() int32 {
+	if x != nil {
+		return x.AttemptNo
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetProgress() *structpb.Struct {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+// HeartbeatResponse says whether the lease was extended, and until when.
+type HeartbeatResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Outcome         CallbackOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	StepStatus      StepStatus             `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeartbeatResponse) GetOutcome() CallbackOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return CallbackOutcome_CALLBACK_OUTCOME_UNSPECIFIED
+}
+
+func (x *HeartbeatResponse) GetStepStatus() StepStatus {
+	if x != nil {
+		return x.StepStatus
+	}
+	return StepStatus_STEP_STATUS_UNSPECIFIED
+}
+
+func (x *HeartbeatResponse) GetLeaseExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpireTime
+	}
+	return nil
+}
+
 // ResultResponse reports what the Result did.
 type ResultResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -480,7 +627,7 @@ type ResultResponse struct {
 
 func (x *ResultResponse) Reset() {
 	*x = ResultResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[3]
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +639,7 @@ func (x *ResultResponse) String() string {
 func (*ResultResponse) ProtoMessage() {}
 
 func (x *ResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[3]
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +652,7 @@ func (x *ResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultResponse.ProtoReflect.Descriptor instead.
 func (*ResultResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{3}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResultResponse) GetOutcome() CallbackOutcome {
@@ -567,7 +714,21 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\vfinish_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\n" +
 	"finishTime\x12%\n" +
 	"\tworker_id\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId:\x89\x01\xbaH\x85\x01\x1a\x82\x01\n" +
-	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\xb3\x01\n" +
+	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\x8e\x02\n" +
+	"\x10HeartbeatRequest\x12,\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
+	"\astep_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\x06stepId\x12&\n" +
+	"\n" +
+	"attempt_no\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\tattemptNo\x12#\n" +
+	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x123\n" +
+	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\x12%\n" +
+	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\"\xc9\x01\n" +
+	"\x11HeartbeatResponse\x124\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
+	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
+	"stepStatus\x12F\n" +
+	"\x11lease_expire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\"\xb3\x01\n" +
 	"\x0eResultResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
@@ -588,10 +749,11 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\x1aCALLBACK_OUTCOME_DUPLICATE\x10\x02\x12\"\n" +
 	"\x1eCALLBACK_OUTCOME_STALE_ATTEMPT\x10\x03\x12#\n" +
 	"\x1fCALLBACK_OUTCOME_LEASE_MISMATCH\x10\x04\x12#\n" +
-	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\x9a\x02\n" +
+	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\xb1\x03\n" +
 	"\x0fCallbackService\x12|\n" +
 	"\x03Ack\x12\x15.lucius.v1.AckRequest\x1a\x16.lucius.v1.AckResponse\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:ack\x12\x88\x01\n" +
-	"\x06Result\x12\x18.lucius.v1.ResultRequest\x1a\x19.lucius.v1.ResultResponse\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:resultB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\x06Result\x12\x18.lucius.v1.ResultRequest\x1a\x19.lucius.v1.ResultResponse\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:result\x12\x94\x01\n" +
+	"\tHeartbeat\x12\x1b.lucius.v1.HeartbeatRequest\x1a\x1c.lucius.v1.HeartbeatResponse\"L\x82\xd3\xe4\x93\x02F:\x01*\"A/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:heartbeatB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_callback_proto_rawDescOnce sync.Once
@@ -606,7 +768,7 @@ func file_lucius_v1_callback_proto_rawDescGZIP() []byte {
 }
 
 var file_lucius_v1_callback_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_lucius_v1_callback_proto_goTypes = []any{
 	(ResultStatus)(0),             // 0: lucius.v1.ResultStatus
 	(FailureClass)(0),             // 1: lucius.v1.FailureClass
@@ -614,35 +776,43 @@ var file_lucius_v1_callback_proto_goTypes = []any{
 	(*AckRequest)(nil),            // 3: lucius.v1.AckRequest
 	(*AckResponse)(nil),           // 4: lucius.v1.AckResponse
 	(*ResultRequest)(nil),         // 5: lucius.v1.ResultRequest
-	(*ResultResponse)(nil),        // 6: lucius.v1.ResultResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(StepStatus)(0),               // 8: lucius.v1.StepStatus
-	(*ArtifactRef)(nil),           // 9: lucius.v1.ArtifactRef
-	(*structpb.Struct)(nil),       // 10: google.protobuf.Struct
-	(JobStatus)(0),                // 11: lucius.v1.JobStatus
+	(*HeartbeatRequest)(nil),      // 6: lucius.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 7: lucius.v1.HeartbeatResponse
+	(*ResultResponse)(nil),        // 8: lucius.v1.ResultResponse
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(StepStatus)(0),               // 10: lucius.v1.StepStatus
+	(*ArtifactRef)(nil),           // 11: lucius.v1.ArtifactRef
+	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(JobStatus)(0),                // 13: lucius.v1.JobStatus
 }
 var file_lucius_v1_callback_proto_depIdxs = []int32{
-	7,  // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
+	9,  // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: lucius.v1.AckResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	8,  // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
+	10, // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
 	0,  // 3: lucius.v1.ResultRequest.status:type_name -> lucius.v1.ResultStatus
 	1,  // 4: lucius.v1.ResultRequest.failure_class:type_name -> lucius.v1.FailureClass
-	9,  // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
-	10, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
-	7,  // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
-	7,  // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
-	2,  // 9: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	8,  // 10: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
-	11, // 11: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
-	3,  // 12: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
-	5,  // 13: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
-	4,  // 14: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
-	6,  // 15: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
-	14, // [14:16] is the sub-list for method output_type
-	12, // [12:14] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
+	12, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
+	9,  // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
+	12, // 9: lucius.v1.HeartbeatRequest.progress:type_name -> google.protobuf.Struct
+	2,  // 10: lucius.v1.HeartbeatResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	10, // 11: lucius.v1.HeartbeatResponse.step_status:type_name -> lucius.v1.StepStatus
+	9,  // 12: lucius.v1.HeartbeatResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 13: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	10, // 14: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
+	13, // 15: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
+	3,  // 16: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
+	5,  // 17: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
+	6,  // 18: lucius.v1.CallbackService.Heartbeat:input_type -> lucius.v1.HeartbeatRequest
+	4,  // 19: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
+	8,  // 20: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
+	7,  // 21: lucius.v1.CallbackService.Heartbeat:output_type -> lucius.v1.HeartbeatResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_callback_proto_init() }
@@ -657,7 +827,7 @@ func file_lucius_v1_callback_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_callback_proto_rawDesc), len(file_lucius_v1_callback_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

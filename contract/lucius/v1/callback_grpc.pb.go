@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CallbackService_Ack_FullMethodName    = "/lucius.v1.CallbackService/Ack"
-	CallbackService_Result_FullMethodName = "/lucius.v1.CallbackService/Result"
+	CallbackService_Ack_FullMethodName       = "/lucius.v1.CallbackService/Ack"
+	CallbackService_Result_FullMethodName    = "/lucius.v1.CallbackService/Result"
+	CallbackService_Heartbeat_FullMethodName = "/lucius.v1.CallbackService/Heartbeat"
 )
 
 // CallbackServiceClient is the client API for CallbackService service.
@@ -36,6 +37,10 @@ type CallbackServiceClient interface {
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
 	// Result reports the end of an attempt. A Result before any Ack implies the Ack.
 	Result(ctx context.Context, in *ResultRequest, opts ...grpc.CallOption) (*ResultResponse, error)
+	// Heartbeat extends the lease of an acknowledged attempt by the step's
+	// timeout, for work that runs long. An attempt whose lease expires goes to
+	// the retry track. A stale outcome tells the worker its lease is lost: stop.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 }
 
 type callbackServiceClient struct {
@@ -66,6 +71,16 @@ func (c *callbackServiceClient) Result(ctx context.Context, in *ResultRequest, o
 	return out, nil
 }
 
+func (c *callbackServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, CallbackService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CallbackServiceServer is the server API for CallbackService service.
 // All implementations must embed UnimplementedCallbackServiceServer
 // for forward compatibility.
@@ -79,6 +94,10 @@ type CallbackServiceServer interface {
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
 	// Result reports the end of an attempt. A Result before any Ack implies the Ack.
 	Result(context.Context, *ResultRequest) (*ResultResponse, error)
+	// Heartbeat extends the lease of an acknowledged attempt by the step's
+	// timeout, for work that runs long. An attempt whose lease expires goes to
+	// the retry track. A stale outcome tells the worker its lease is lost: stop.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	mustEmbedUnimplementedCallbackServiceServer()
 }
 
@@ -94,6 +113,9 @@ func (UnimplementedCallbackServiceServer) Ack(context.Context, *AckRequest) (*Ac
 }
 func (UnimplementedCallbackServiceServer) Result(context.Context, *ResultRequest) (*ResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Result not implemented")
+}
+func (UnimplementedCallbackServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
 }
 func (UnimplementedCallbackServiceServer) mustEmbedUnimplementedCallbackServiceServer() {}
 func (UnimplementedCallbackServiceServer) testEmbeddedByValue()                         {}
@@ -152,6 +174,24 @@ func _CallbackService_Result_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CallbackService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CallbackServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CallbackService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CallbackServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CallbackService_ServiceDesc is the grpc.ServiceDesc for CallbackService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -166,6 +206,10 @@ var CallbackService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Result",
 			Handler:    _CallbackService_Result_Handler,
+		},
+		{
+			MethodName: "Heartbeat",
+			Handler:    _CallbackService_Heartbeat_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

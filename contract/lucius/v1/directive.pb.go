@@ -66,8 +66,11 @@ type Directive struct {
 	AckTimeout      *durationpb.Duration   `protobuf:"bytes,21,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
 	IssueTime       *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=issue_time,json=issueTime,proto3" json:"issue_time,omitempty"`
 	WorkflowVersion int32                  `protobuf:"varint,23,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Once acknowledged, the attempt must finish (or Heartbeat) within this time,
+	// or its lease expires and the step is retried.
+	LeaseTimeout  *durationpb.Duration `protobuf:"bytes,24,opt,name=lease_timeout,json=leaseTimeout,proto3" json:"lease_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Directive) Reset() {
@@ -261,6 +264,13 @@ func (x *Directive) GetWorkflowVersion() int32 {
 	return 0
 }
 
+func (x *Directive) GetLeaseTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTimeout
+	}
+	return nil
+}
+
 // CallbackEndpoints tells a worker where its callbacks go.
 type CallbackEndpoints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -333,8 +343,10 @@ type QueuedJob struct {
 	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Command *Command               `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// Routing resolved at ingress, pinned for the job's whole life.
-	Routing       *Routing               `protobuf:"bytes,3,opt,name=routing,proto3" json:"routing,omitempty"`
-	AcceptTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
+	Routing    *Routing               `protobuf:"bytes,3,opt,name=routing,proto3" json:"routing,omitempty"`
+	AcceptTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
+	// The failed job this one replays: its succeeded steps are carried over.
+	ReplayOf      string `protobuf:"bytes,5,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,11 +409,18 @@ func (x *QueuedJob) GetAcceptTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueuedJob) GetReplayOf() string {
+	if x != nil {
+		return x.ReplayOf
+	}
+	return ""
+}
+
 var File_lucius_v1_directive_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
-	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\x83\a\n" +
+	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xc3\a\n" +
 	"\tDirective\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -433,19 +452,21 @@ const file_lucius_v1_directive_proto_rawDesc = "" +
 	"ackTimeout\x129\n" +
 	"\n" +
 	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12)\n" +
-	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\"l\n" +
+	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\x12>\n" +
+	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\"l\n" +
 	"\x11CallbackEndpoints\x12\x17\n" +
 	"\aack_url\x18\x01 \x01(\tR\x06ackUrl\x12\x1d\n" +
 	"\n" +
 	"result_url\x18\x02 \x01(\tR\tresultUrl\x12\x1f\n" +
 	"\vgrpc_target\x18\x03 \x01(\tR\n" +
-	"grpcTarget\"\xbb\x01\n" +
+	"grpcTarget\"\xd8\x01\n" +
 	"\tQueuedJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12,\n" +
 	"\acommand\x18\x02 \x01(\v2\x12.lucius.v1.CommandR\acommand\x12,\n" +
 	"\arouting\x18\x03 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12;\n" +
 	"\vaccept_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"acceptTimeB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"acceptTime\x12\x1b\n" +
+	"\treplay_of\x18\x05 \x01(\tR\breplayOfB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_directive_proto_rawDescOnce sync.Once
@@ -472,20 +493,21 @@ var file_lucius_v1_directive_proto_goTypes = []any{
 	(*Command)(nil),               // 8: lucius.v1.Command
 }
 var file_lucius_v1_directive_proto_depIdxs = []int32{
-	3, // 0: lucius.v1.Directive.payload:type_name -> google.protobuf.Struct
-	1, // 1: lucius.v1.Directive.callback_urls:type_name -> lucius.v1.CallbackEndpoints
-	4, // 2: lucius.v1.Directive.upstream_artifacts:type_name -> lucius.v1.ArtifactRef
-	5, // 3: lucius.v1.Directive.routing:type_name -> lucius.v1.Routing
-	6, // 4: lucius.v1.Directive.ack_timeout:type_name -> google.protobuf.Duration
-	7, // 5: lucius.v1.Directive.issue_time:type_name -> google.protobuf.Timestamp
-	8, // 6: lucius.v1.QueuedJob.command:type_name -> lucius.v1.Command
-	5, // 7: lucius.v1.QueuedJob.routing:type_name -> lucius.v1.Routing
-	7, // 8: lucius.v1.QueuedJob.accept_time:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	3,  // 0: lucius.v1.Directive.payload:type_name -> google.protobuf.Struct
+	1,  // 1: lucius.v1.Directive.callback_urls:type_name -> lucius.v1.CallbackEndpoints
+	4,  // 2: lucius.v1.Directive.upstream_artifacts:type_name -> lucius.v1.ArtifactRef
+	5,  // 3: lucius.v1.Directive.routing:type_name -> lucius.v1.Routing
+	6,  // 4: lucius.v1.Directive.ack_timeout:type_name -> google.protobuf.Duration
+	7,  // 5: lucius.v1.Directive.issue_time:type_name -> google.protobuf.Timestamp
+	6,  // 6: lucius.v1.Directive.lease_timeout:type_name -> google.protobuf.Duration
+	8,  // 7: lucius.v1.QueuedJob.command:type_name -> lucius.v1.Command
+	5,  // 8: lucius.v1.QueuedJob.routing:type_name -> lucius.v1.Routing
+	7,  // 9: lucius.v1.QueuedJob.accept_time:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_directive_proto_init() }

@@ -25,6 +25,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DeadLetterKind says where a dead letter comes from.
+type DeadLetterKind int32
+
+const (
+	DeadLetterKind_DEAD_LETTER_KIND_UNSPECIFIED DeadLetterKind = 0
+	// A step failed for good (non-retryable, attempts exhausted, timed out).
+	DeadLetterKind_DEAD_LETTER_KIND_STEP DeadLetterKind = 1
+	// A bus message landed in a dead-letter queue.
+	DeadLetterKind_DEAD_LETTER_KIND_BUS DeadLetterKind = 2
+)
+
+// Enum value maps for DeadLetterKind.
+var (
+	DeadLetterKind_name = map[int32]string{
+		0: "DEAD_LETTER_KIND_UNSPECIFIED",
+		1: "DEAD_LETTER_KIND_STEP",
+		2: "DEAD_LETTER_KIND_BUS",
+	}
+	DeadLetterKind_value = map[string]int32{
+		"DEAD_LETTER_KIND_UNSPECIFIED": 0,
+		"DEAD_LETTER_KIND_STEP":        1,
+		"DEAD_LETTER_KIND_BUS":         2,
+	}
+)
+
+func (x DeadLetterKind) Enum() *DeadLetterKind {
+	p := new(DeadLetterKind)
+	*p = x
+	return p
+}
+
+func (x DeadLetterKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DeadLetterKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_lucius_v1_job_proto_enumTypes[0].Descriptor()
+}
+
+func (DeadLetterKind) Type() protoreflect.EnumType {
+	return &file_lucius_v1_job_proto_enumTypes[0]
+}
+
+func (x DeadLetterKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DeadLetterKind.Descriptor instead.
+func (DeadLetterKind) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
 // JobStatus is a job's lifecycle state. SUCCEEDED, FAILED_FINAL and CANCELLED are terminal.
 type JobStatus int32
 
@@ -89,11 +141,11 @@ func (x JobStatus) String() string {
 }
 
 func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_lucius_v1_job_proto_enumTypes[0].Descriptor()
+	return file_lucius_v1_job_proto_enumTypes[1].Descriptor()
 }
 
 func (JobStatus) Type() protoreflect.EnumType {
-	return &file_lucius_v1_job_proto_enumTypes[0]
+	return &file_lucius_v1_job_proto_enumTypes[1]
 }
 
 func (x JobStatus) Number() protoreflect.EnumNumber {
@@ -102,7 +154,7 @@ func (x JobStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobStatus.Descriptor instead.
 func (JobStatus) EnumDescriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
 // StepStatus is a step's lifecycle state. SUCCEEDED, FAILED_FINAL, CANCELLED,
@@ -182,11 +234,11 @@ func (x StepStatus) String() string {
 }
 
 func (StepStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_lucius_v1_job_proto_enumTypes[1].Descriptor()
+	return file_lucius_v1_job_proto_enumTypes[2].Descriptor()
 }
 
 func (StepStatus) Type() protoreflect.EnumType {
-	return &file_lucius_v1_job_proto_enumTypes[1]
+	return &file_lucius_v1_job_proto_enumTypes[2]
 }
 
 func (x StepStatus) Number() protoreflect.EnumNumber {
@@ -195,7 +247,7 @@ func (x StepStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepStatus.Descriptor instead.
 func (StepStatus) EnumDescriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 // DecisionSource says which setting chose a job's mode.
@@ -235,11 +287,11 @@ func (x DecisionSource) String() string {
 }
 
 func (DecisionSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_lucius_v1_job_proto_enumTypes[2].Descriptor()
+	return file_lucius_v1_job_proto_enumTypes[3].Descriptor()
 }
 
 func (DecisionSource) Type() protoreflect.EnumType {
-	return &file_lucius_v1_job_proto_enumTypes[2]
+	return &file_lucius_v1_job_proto_enumTypes[3]
 }
 
 func (x DecisionSource) Number() protoreflect.EnumNumber {
@@ -248,7 +300,7 @@ func (x DecisionSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionSource.Descriptor instead.
 func (DecisionSource) EnumDescriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 // StepView chooses which steps ListJobSteps returns.
@@ -284,11 +336,11 @@ func (x StepView) String() string {
 }
 
 func (StepView) Descriptor() protoreflect.EnumDescriptor {
-	return file_lucius_v1_job_proto_enumTypes[3].Descriptor()
+	return file_lucius_v1_job_proto_enumTypes[4].Descriptor()
 }
 
 func (StepView) Type() protoreflect.EnumType {
-	return &file_lucius_v1_job_proto_enumTypes[3]
+	return &file_lucius_v1_job_proto_enumTypes[4]
 }
 
 func (x StepView) Number() protoreflect.EnumNumber {
@@ -297,7 +349,464 @@ func (x StepView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepView.Descriptor instead.
 func (StepView) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
+}
+
+// DeadLetter is one thing that could not be processed.
+type DeadLetter struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetterId int64                  `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
+	Kind         DeadLetterKind         `protobuf:"varint,2,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
+	JobId        string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StepId       string                 `protobuf:"bytes,4,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	AttemptNo    int32                  `protobuf:"varint,5,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// Why, e.g. MAX_ATTEMPTS_EXHAUSTED, ACK_TIMEOUT, LEASE_EXPIRED,
+	// MaxDeliveryCountExceeded, TTLExpiredException, PoisonMessage.
+	Reason      string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Description string `protobuf:"bytes,7,opt,name=description,proto3" json:"description,omitempty"`
+	// For bus dead letters: the entity path and message id.
+	Entity    string `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`
+	MessageId string `protobuf:"bytes,9,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The message body (bus dead letters), as received.
+	Body       string                 `protobuf:"bytes,10,opt,name=body,proto3" json:"body,omitempty"`
+	Properties map[string]string      `protobuf:"bytes,11,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Set once the job was replayed.
+	ReplayJobId   string `protobuf:"bytes,13,opt,name=replay_job_id,json=replayJobId,proto3" json:"replay_job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetter) Reset() {
+	*x = DeadLetter{}
+	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetter) ProtoMessage() {}
+
+func (x *DeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
+func (*DeadLetter) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DeadLetter) GetDeadLetterId() int64 {
+	if x != nil {
+		return x.DeadLetterId
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetKind() DeadLetterKind {
+	if x != nil {
+		return x.Kind
+	}
+	return DeadLetterKind_DEAD_LETTER_KIND_UNSPECIFIED
+}
+
+func (x *DeadLetter) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetAttemptNo() int32 {
+	if x != nil {
+		return x.AttemptNo
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetReplayJobId() string {
+	if x != nil {
+		return x.ReplayJobId
+	}
+	return ""
+}
+
+// ListDeadLettersRequest filters and pages dead letters.
+type ListDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  DeadLetterKind         `protobuf:"varint,1,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
+	// Only this job's.
+	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersRequest) Reset() {
+	*x = ListDeadLettersRequest{}
+	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersRequest) ProtoMessage() {}
+
+func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListDeadLettersRequest) GetKind() DeadLetterKind {
+	if x != nil {
+		return x.Kind
+	}
+	return DeadLetterKind_DEAD_LETTER_KIND_UNSPECIFIED
+}
+
+func (x *ListDeadLettersRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ListDeadLettersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDeadLettersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListDeadLettersResponse is one page.
+type ListDeadLettersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetters   []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersResponse) Reset() {
+	*x = ListDeadLettersResponse{}
+	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersResponse) ProtoMessage() {}
+
+func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return nil
+}
+
+func (x *ListDeadLettersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetDeadLetterRequest names a dead letter.
+type GetDeadLetterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetterId  int64                  `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterRequest) Reset() {
+	*x = GetDeadLetterRequest{}
+	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterRequest) ProtoMessage() {}
+
+func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterRequest.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterRequest) Descriptor() ([]byte, []int) {
 	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetDeadLetterRequest) GetDeadLetterId() int64 {
+	if x != nil {
+		return x.DeadLetterId
+	}
+	return 0
+}
+
+// GetDeadLetterResponse carries it.
+type GetDeadLetterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetter    *DeadLetter            `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterResponse) Reset() {
+	*x = GetDeadLetterResponse{}
+	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterResponse) ProtoMessage() {}
+
+func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterResponse.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return nil
+}
+
+// ReplayJobRequest names the failed job to re-run.
+type ReplayJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayJobRequest) Reset() {
+	*x = ReplayJobRequest{}
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayJobRequest) ProtoMessage() {}
+
+func (x *ReplayJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayJobRequest.ProtoReflect.Descriptor instead.
+func (*ReplayJobRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReplayJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReplayJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReplayJobResponse carries the new job.
+type ReplayJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayJobResponse) Reset() {
+	*x = ReplayJobResponse{}
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayJobResponse) ProtoMessage() {}
+
+func (x *ReplayJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayJobResponse.ProtoReflect.Descriptor instead.
+func (*ReplayJobResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReplayJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
 }
 
 // Routing is the pinned routing of a job and of each of its attempts. It is
@@ -322,7 +831,7 @@ type Routing struct {
 
 func (x *Routing) Reset() {
 	*x = Routing{}
-	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +843,7 @@ func (x *Routing) String() string {
 func (*Routing) ProtoMessage() {}
 
 func (x *Routing) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +856,7 @@ func (x *Routing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Routing.ProtoReflect.Descriptor instead.
 func (*Routing) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Routing) GetResolvedMode() string {
@@ -411,7 +920,7 @@ type ArtifactRef struct {
 
 func (x *ArtifactRef) Reset() {
 	*x = ArtifactRef{}
-	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +932,7 @@ func (x *ArtifactRef) String() string {
 func (*ArtifactRef) ProtoMessage() {}
 
 func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +945,7 @@ func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactRef.ProtoReflect.Descriptor instead.
 func (*ArtifactRef) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ArtifactRef) GetName() string {
@@ -505,13 +1014,17 @@ type Job struct {
 	// When cancellation was requested.
 	CancelTime      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
 	WorkflowVersion int32                  `protobuf:"varint,22,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The failed job this one replays, if any.
+	ReplayOf string `protobuf:"bytes,23,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`
+	// The job fails with SLA_EXCEEDED if still running at this time.
+	DeadlineTime  *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=deadline_time,json=deadlineTime,proto3" json:"deadline_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +1036,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +1049,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Job) GetJobId() string {
@@ -693,26 +1206,46 @@ func (x *Job) GetWorkflowVersion() int32 {
 	return 0
 }
 
+func (x *Job) GetReplayOf() string {
+	if x != nil {
+		return x.ReplayOf
+	}
+	return ""
+}
+
+func (x *Job) GetDeadlineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadlineTime
+	}
+	return nil
+}
+
 // Attempt is one dispatch of a step to a worker under a fresh lease.
 type Attempt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AttemptNo     int32                  `protobuf:"varint,1,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Status        StepStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
-	Routing       *Routing               `protobuf:"bytes,4,opt,name=routing,proto3" json:"routing,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	FailureClass  string                 `protobuf:"bytes,6,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	AckTime       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
-	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AttemptNo    int32                  `protobuf:"varint,1,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	LeaseId      string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Status       StepStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
+	Routing      *Routing               `protobuf:"bytes,4,opt,name=routing,proto3" json:"routing,omitempty"`
+	WorkerId     string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	FailureClass string                 `protobuf:"bytes,6,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	Reason       string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	AckTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// The worker must ACK before this time.
+	AckDeadline *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
+	// An acknowledged attempt must finish or heartbeat before this time.
+	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
+	// The last progress a heartbeat reported.
+	Progress      *structpb.Struct `protobuf:"bytes,13,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +1257,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +1270,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Attempt) GetAttemptNo() int32 {
@@ -810,6 +1343,27 @@ func (x *Attempt) GetCompleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Attempt) GetAckDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AckDeadline
+	}
+	return nil
+}
+
+func (x *Attempt) GetLeaseExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpireTime
+	}
+	return nil
+}
+
+func (x *Attempt) GetProgress() *structpb.Struct {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // Step is one node of a job's workflow, or one child of a fan-out node
 // (step_id "<node>[<index>]").
 type Step struct {
@@ -850,7 +1404,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1416,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1429,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Step) GetJobId() string {
@@ -1046,7 +1600,7 @@ type ChildCounts struct {
 
 func (x *ChildCounts) Reset() {
 	*x = ChildCounts{}
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1612,7 @@ func (x *ChildCounts) String() string {
 func (*ChildCounts) ProtoMessage() {}
 
 func (x *ChildCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1625,7 @@ func (x *ChildCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCounts.ProtoReflect.Descriptor instead.
 func (*ChildCounts) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChildCounts) GetTotal() int32 {
@@ -1131,7 +1685,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1697,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1710,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobEvent) GetEventId() int64 {
@@ -1239,7 +1793,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1805,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1818,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1284,7 +1838,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1850,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1863,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1336,7 +1890,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1902,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1915,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsRequest) GetTenantId() string {
@@ -1404,7 +1958,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1970,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1983,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1460,7 +2014,7 @@ type ListJobStepsRequest struct {
 
 func (x *ListJobStepsRequest) Reset() {
 	*x = ListJobStepsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +2026,7 @@ func (x *ListJobStepsRequest) String() string {
 func (*ListJobStepsRequest) ProtoMessage() {}
 
 func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +2039,7 @@ func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobStepsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListJobStepsRequest) GetJobId() string {
@@ -1528,7 +2082,7 @@ type ListJobStepsResponse struct {
 
 func (x *ListJobStepsResponse) Reset() {
 	*x = ListJobStepsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +2094,7 @@ func (x *ListJobStepsResponse) String() string {
 func (*ListJobStepsResponse) ProtoMessage() {}
 
 func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +2107,7 @@ func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobStepsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListJobStepsResponse) GetSteps() []*Step {
@@ -1583,7 +2137,7 @@ type ListJobEventsRequest struct {
 
 func (x *ListJobEventsRequest) Reset() {
 	*x = ListJobEventsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +2149,7 @@ func (x *ListJobEventsRequest) String() string {
 func (*ListJobEventsRequest) ProtoMessage() {}
 
 func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +2162,7 @@ func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobEventsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobEventsRequest) GetJobId() string {
@@ -1643,7 +2197,7 @@ type ListJobEventsResponse struct {
 
 func (x *ListJobEventsResponse) Reset() {
 	*x = ListJobEventsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2209,7 @@ func (x *ListJobEventsResponse) String() string {
 func (*ListJobEventsResponse) ProtoMessage() {}
 
 func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2222,7 @@ func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobEventsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobEventsResponse) GetEvents() []*JobEvent {
@@ -1697,7 +2251,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2263,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2276,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1749,7 +2303,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[16]
+	mi := &file_lucius_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2315,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[16]
+	mi := &file_lucius_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2328,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -1788,7 +2342,51 @@ var File_lucius_v1_job_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x01\n" +
+	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x04\n" +
+	"\n" +
+	"DeadLetter\x12$\n" +
+	"\x0edead_letter_id\x18\x01 \x01(\x03R\fdeadLetterId\x12-\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x19.lucius.v1.DeadLetterKindR\x04kind\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x17\n" +
+	"\astep_id\x18\x04 \x01(\tR\x06stepId\x12\x1d\n" +
+	"\n" +
+	"attempt_no\x18\x05 \x01(\x05R\tattemptNo\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12 \n" +
+	"\vdescription\x18\a \x01(\tR\vdescription\x12\x16\n" +
+	"\x06entity\x18\b \x01(\tR\x06entity\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\t \x01(\tR\tmessageId\x12\x12\n" +
+	"\x04body\x18\n" +
+	" \x01(\tR\x04body\x12E\n" +
+	"\n" +
+	"properties\x18\v \x03(\v2%.lucius.v1.DeadLetter.PropertiesEntryR\n" +
+	"properties\x12;\n" +
+	"\vcreate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\"\n" +
+	"\rreplay_job_id\x18\r \x01(\tR\vreplayJobId\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
+	"\x16ListDeadLettersRequest\x127\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x19.lucius.v1.DeadLetterKindB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12\x1e\n" +
+	"\x06job_id\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x05jobId\x12'\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"{\n" +
+	"\x17ListDeadLettersResponse\x128\n" +
+	"\fdead_letters\x18\x01 \x03(\v2\x15.lucius.v1.DeadLetterR\vdeadLetters\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
+	"\x14GetDeadLetterRequest\x12-\n" +
+	"\x0edead_letter_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\fdeadLetterId\"O\n" +
+	"\x15GetDeadLetterResponse\x126\n" +
+	"\vdead_letter\x18\x01 \x01(\v2\x15.lucius.v1.DeadLetterR\n" +
+	"deadLetter\"b\n" +
+	"\x10ReplayJobRequest\x12,\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
+	"\x11ReplayJobResponse\x12 \n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\xf9\x01\n" +
 	"\aRouting\x12#\n" +
 	"\rresolved_mode\x18\x01 \x01(\tR\fresolvedMode\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
@@ -1804,7 +2402,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"media_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12&\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12\x1f\n" +
-	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xe7\x06\n" +
+	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xc5\a\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12!\n" +
@@ -1835,7 +2433,9 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\rcomplete_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12;\n" +
 	"\vcancel_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"cancelTime\x12)\n" +
-	"\x10workflow_version\x18\x16 \x01(\x05R\x0fworkflowVersion\"\xaf\x03\n" +
+	"\x10workflow_version\x18\x16 \x01(\x05R\x0fworkflowVersion\x12\x1b\n" +
+	"\treplay_of\x18\x17 \x01(\tR\breplayOf\x12?\n" +
+	"\rdeadline_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\"\xeb\x04\n" +
 	"\aAttempt\x12\x1d\n" +
 	"\n" +
 	"attempt_no\x18\x01 \x01(\x05R\tattemptNo\x12\x19\n" +
@@ -1849,7 +2449,10 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"createTime\x125\n" +
 	"\back_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackTime\x12?\n" +
 	"\rcomplete_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\xe5\x06\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12=\n" +
+	"\fack_deadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vackDeadline\x12F\n" +
+	"\x11lease_expire_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x123\n" +
+	"\bprogress\x18\r \x01(\v2\x17.google.protobuf.StructR\bprogress\"\xe5\x06\n" +
 	"\x04Step\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x1d\n" +
@@ -1937,7 +2540,11 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
 	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
 	"\x11CancelJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job*\x98\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job*g\n" +
+	"\x0eDeadLetterKind\x12 \n" +
+	"\x1cDEAD_LETTER_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15DEAD_LETTER_KIND_STEP\x10\x01\x12\x18\n" +
+	"\x14DEAD_LETTER_KIND_BUS\x10\x02*\x98\x02\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13JOB_STATUS_RECEIVED\x10\x01\x12\x15\n" +
@@ -1972,7 +2579,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x1dDECISION_SOURCE_GLOBAL_CONFIG\x10\x03*9\n" +
 	"\bStepView\x12\x19\n" +
 	"\x15STEP_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
-	"\x0eSTEP_VIEW_FULL\x10\x012\x92\x04\n" +
+	"\x0eSTEP_VIEW_FULL\x10\x012\xff\x04\n" +
 	"\n" +
 	"JobService\x12X\n" +
 	"\x06GetJob\x12\x18.lucius.v1.GetJobRequest\x1a\x19.lucius.v1.GetJobResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}\x12U\n" +
@@ -1980,7 +2587,11 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x12\b/v1/jobs\x12p\n" +
 	"\fListJobSteps\x12\x1e.lucius.v1.ListJobStepsRequest\x1a\x1f.lucius.v1.ListJobStepsResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/jobs/{job_id}/steps\x12t\n" +
 	"\rListJobEvents\x12\x1f.lucius.v1.ListJobEventsRequest\x1a .lucius.v1.ListJobEventsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/jobs/{job_id}/events\x12k\n" +
-	"\tCancelJob\x12\x1b.lucius.v1.CancelJobRequest\x1a\x1c.lucius.v1.CancelJobResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/jobs/{job_id}:cancelB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\tCancelJob\x12\x1b.lucius.v1.CancelJobRequest\x1a\x1c.lucius.v1.CancelJobResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/jobs/{job_id}:cancel\x12k\n" +
+	"\tReplayJob\x12\x1b.lucius.v1.ReplayJobRequest\x1a\x1c.lucius.v1.ReplayJobResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/jobs/{job_id}:replay2\x84\x02\n" +
+	"\x11DeadLetterService\x12q\n" +
+	"\x0fListDeadLetters\x12!.lucius.v1.ListDeadLettersRequest\x1a\".lucius.v1.ListDeadLettersResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/deadletters\x12|\n" +
+	"\rGetDeadLetter\x12\x1f.lucius.v1.GetDeadLetterRequest\x1a .lucius.v1.GetDeadLetterResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/deadletters/{dead_letter_id}B?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_job_proto_rawDescOnce sync.Once
@@ -1994,80 +2605,106 @@ func file_lucius_v1_job_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_job_proto_rawDescData
 }
 
-var file_lucius_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_lucius_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_lucius_v1_job_proto_goTypes = []any{
-	(JobStatus)(0),                // 0: lucius.v1.JobStatus
-	(StepStatus)(0),               // 1: lucius.v1.StepStatus
-	(DecisionSource)(0),           // 2: lucius.v1.DecisionSource
-	(StepView)(0),                 // 3: lucius.v1.StepView
-	(*Routing)(nil),               // 4: lucius.v1.Routing
-	(*ArtifactRef)(nil),           // 5: lucius.v1.ArtifactRef
-	(*Job)(nil),                   // 6: lucius.v1.Job
-	(*Attempt)(nil),               // 7: lucius.v1.Attempt
-	(*Step)(nil),                  // 8: lucius.v1.Step
-	(*ChildCounts)(nil),           // 9: lucius.v1.ChildCounts
-	(*JobEvent)(nil),              // 10: lucius.v1.JobEvent
-	(*GetJobRequest)(nil),         // 11: lucius.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 12: lucius.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 13: lucius.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 14: lucius.v1.ListJobsResponse
-	(*ListJobStepsRequest)(nil),   // 15: lucius.v1.ListJobStepsRequest
-	(*ListJobStepsResponse)(nil),  // 16: lucius.v1.ListJobStepsResponse
-	(*ListJobEventsRequest)(nil),  // 17: lucius.v1.ListJobEventsRequest
-	(*ListJobEventsResponse)(nil), // 18: lucius.v1.ListJobEventsResponse
-	(*CancelJobRequest)(nil),      // 19: lucius.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 20: lucius.v1.CancelJobResponse
-	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(DeadLetterKind)(0),             // 0: lucius.v1.DeadLetterKind
+	(JobStatus)(0),                  // 1: lucius.v1.JobStatus
+	(StepStatus)(0),                 // 2: lucius.v1.StepStatus
+	(DecisionSource)(0),             // 3: lucius.v1.DecisionSource
+	(StepView)(0),                   // 4: lucius.v1.StepView
+	(*DeadLetter)(nil),              // 5: lucius.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),  // 6: lucius.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil), // 7: lucius.v1.ListDeadLettersResponse
+	(*GetDeadLetterRequest)(nil),    // 8: lucius.v1.GetDeadLetterRequest
+	(*GetDeadLetterResponse)(nil),   // 9: lucius.v1.GetDeadLetterResponse
+	(*ReplayJobRequest)(nil),        // 10: lucius.v1.ReplayJobRequest
+	(*ReplayJobResponse)(nil),       // 11: lucius.v1.ReplayJobResponse
+	(*Routing)(nil),                 // 12: lucius.v1.Routing
+	(*ArtifactRef)(nil),             // 13: lucius.v1.ArtifactRef
+	(*Job)(nil),                     // 14: lucius.v1.Job
+	(*Attempt)(nil),                 // 15: lucius.v1.Attempt
+	(*Step)(nil),                    // 16: lucius.v1.Step
+	(*ChildCounts)(nil),             // 17: lucius.v1.ChildCounts
+	(*JobEvent)(nil),                // 18: lucius.v1.JobEvent
+	(*GetJobRequest)(nil),           // 19: lucius.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 20: lucius.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 21: lucius.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 22: lucius.v1.ListJobsResponse
+	(*ListJobStepsRequest)(nil),     // 23: lucius.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),    // 24: lucius.v1.ListJobStepsResponse
+	(*ListJobEventsRequest)(nil),    // 25: lucius.v1.ListJobEventsRequest
+	(*ListJobEventsResponse)(nil),   // 26: lucius.v1.ListJobEventsResponse
+	(*CancelJobRequest)(nil),        // 27: lucius.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),       // 28: lucius.v1.CancelJobResponse
+	nil,                             // 29: lucius.v1.DeadLetter.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 31: google.protobuf.Struct
 }
 var file_lucius_v1_job_proto_depIdxs = []int32{
-	2,  // 0: lucius.v1.Routing.decision_source:type_name -> lucius.v1.DecisionSource
-	0,  // 1: lucius.v1.Job.status:type_name -> lucius.v1.JobStatus
-	4,  // 2: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
-	21, // 3: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
-	22, // 4: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	22, // 5: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	22, // 6: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
-	22, // 7: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: lucius.v1.Attempt.status:type_name -> lucius.v1.StepStatus
-	4,  // 9: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
-	22, // 10: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
-	22, // 11: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
-	22, // 12: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
-	1,  // 13: lucius.v1.Step.status:type_name -> lucius.v1.StepStatus
-	21, // 14: lucius.v1.Step.output:type_name -> google.protobuf.Struct
-	5,  // 15: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
-	7,  // 16: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
-	22, // 17: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
-	22, // 18: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
-	22, // 19: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
-	21, // 20: lucius.v1.Step.params:type_name -> google.protobuf.Struct
-	9,  // 21: lucius.v1.Step.children:type_name -> lucius.v1.ChildCounts
-	21, // 22: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
-	22, // 23: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 24: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
-	0,  // 25: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
-	6,  // 26: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
-	3,  // 27: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
-	8,  // 28: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
-	10, // 29: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
-	6,  // 30: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
-	11, // 31: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
-	13, // 32: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
-	15, // 33: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
-	17, // 34: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
-	19, // 35: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
-	12, // 36: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
-	14, // 37: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
-	16, // 38: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
-	18, // 39: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
-	20, // 40: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
-	36, // [36:41] is the sub-list for method output_type
-	31, // [31:36] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	0,  // 0: lucius.v1.DeadLetter.kind:type_name -> lucius.v1.DeadLetterKind
+	29, // 1: lucius.v1.DeadLetter.properties:type_name -> lucius.v1.DeadLetter.PropertiesEntry
+	30, // 2: lucius.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 3: lucius.v1.ListDeadLettersRequest.kind:type_name -> lucius.v1.DeadLetterKind
+	5,  // 4: lucius.v1.ListDeadLettersResponse.dead_letters:type_name -> lucius.v1.DeadLetter
+	5,  // 5: lucius.v1.GetDeadLetterResponse.dead_letter:type_name -> lucius.v1.DeadLetter
+	14, // 6: lucius.v1.ReplayJobResponse.job:type_name -> lucius.v1.Job
+	3,  // 7: lucius.v1.Routing.decision_source:type_name -> lucius.v1.DecisionSource
+	1,  // 8: lucius.v1.Job.status:type_name -> lucius.v1.JobStatus
+	12, // 9: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
+	31, // 10: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
+	30, // 11: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	30, // 12: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	30, // 13: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
+	30, // 14: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
+	30, // 15: lucius.v1.Job.deadline_time:type_name -> google.protobuf.Timestamp
+	2,  // 16: lucius.v1.Attempt.status:type_name -> lucius.v1.StepStatus
+	12, // 17: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
+	30, // 18: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
+	30, // 19: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
+	30, // 20: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
+	30, // 21: lucius.v1.Attempt.ack_deadline:type_name -> google.protobuf.Timestamp
+	30, // 22: lucius.v1.Attempt.lease_expire_time:type_name -> google.protobuf.Timestamp
+	31, // 23: lucius.v1.Attempt.progress:type_name -> google.protobuf.Struct
+	2,  // 24: lucius.v1.Step.status:type_name -> lucius.v1.StepStatus
+	31, // 25: lucius.v1.Step.output:type_name -> google.protobuf.Struct
+	13, // 26: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
+	15, // 27: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
+	30, // 28: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
+	30, // 29: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
+	30, // 30: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
+	31, // 31: lucius.v1.Step.params:type_name -> google.protobuf.Struct
+	17, // 32: lucius.v1.Step.children:type_name -> lucius.v1.ChildCounts
+	31, // 33: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
+	30, // 34: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
+	14, // 35: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
+	1,  // 36: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
+	14, // 37: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
+	4,  // 38: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
+	16, // 39: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
+	18, // 40: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
+	14, // 41: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
+	19, // 42: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
+	21, // 43: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
+	23, // 44: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
+	25, // 45: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
+	27, // 46: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
+	10, // 47: lucius.v1.JobService.ReplayJob:input_type -> lucius.v1.ReplayJobRequest
+	6,  // 48: lucius.v1.DeadLetterService.ListDeadLetters:input_type -> lucius.v1.ListDeadLettersRequest
+	8,  // 49: lucius.v1.DeadLetterService.GetDeadLetter:input_type -> lucius.v1.GetDeadLetterRequest
+	20, // 50: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
+	22, // 51: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
+	24, // 52: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
+	26, // 53: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
+	28, // 54: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
+	11, // 55: lucius.v1.JobService.ReplayJob:output_type -> lucius.v1.ReplayJobResponse
+	7,  // 56: lucius.v1.DeadLetterService.ListDeadLetters:output_type -> lucius.v1.ListDeadLettersResponse
+	9,  // 57: lucius.v1.DeadLetterService.GetDeadLetter:output_type -> lucius.v1.GetDeadLetterResponse
+	50, // [50:58] is the sub-list for method output_type
+	42, // [42:50] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_job_proto_init() }
@@ -2080,10 +2717,10 @@ func file_lucius_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_job_proto_rawDesc), len(file_lucius_v1_job_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   17,
+			NumEnums:      5,
+			NumMessages:   25,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_lucius_v1_job_proto_goTypes,
 		DependencyIndexes: file_lucius_v1_job_proto_depIdxs,

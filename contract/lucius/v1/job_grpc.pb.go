@@ -24,6 +24,7 @@ const (
 	JobService_ListJobSteps_FullMethodName  = "/lucius.v1.JobService/ListJobSteps"
 	JobService_ListJobEvents_FullMethodName = "/lucius.v1.JobService/ListJobEvents"
 	JobService_CancelJob_FullMethodName     = "/lucius.v1.JobService/CancelJob"
+	JobService_ReplayJob_FullMethodName     = "/lucius.v1.JobService/ReplayJob"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -44,9 +45,15 @@ type JobServiceClient interface {
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
 	ListJobEvents(ctx context.Context, in *ListJobEventsRequest, opts ...grpc.CallOption) (*ListJobEventsResponse, error)
 	// CancelJob asks a job to stop: no new step starts, the in-flight step may
-	// finish, then the job is CANCELLED. Cancelling a terminal job changes nothing
-	// and answers with its terminal state.
+	// finish, then the job is CANCELLED. A step waiting for a retry is cancelled at
+	// once. Cancelling a terminal job changes nothing and answers with its
+	// terminal state.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
+	// ReplayJob re-runs a FAILED_FINAL job from its failed steps as a new job
+	// (replay_of names the original, which stays as it was: a terminal job never
+	// changes). Steps that succeeded keep their outputs and artifacts; each failed
+	// step starts with a new attempt.
+	ReplayJob(ctx context.Context, in *ReplayJobRequest, opts ...grpc.CallOption) (*ReplayJobResponse, error)
 }
 
 type jobServiceClient struct {
@@ -107,6 +114,16 @@ func (c *jobServiceClient) CancelJob(ctx context.Context, in *CancelJobRequest, 
 	return out, nil
 }
 
+func (c *jobServiceClient) ReplayJob(ctx context.Context, in *ReplayJobRequest, opts ...grpc.CallOption) (*ReplayJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayJobResponse)
+	err := c.cc.Invoke(ctx, JobService_ReplayJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -125,9 +142,15 @@ type JobServiceServer interface {
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
 	ListJobEvents(context.Context, *ListJobEventsRequest) (*ListJobEventsResponse, error)
 	// CancelJob asks a job to stop: no new step starts, the in-flight step may
-	// finish, then the job is CANCELLED. Cancelling a terminal job changes nothing
-	// and answers with its terminal state.
+	// finish, then the job is CANCELLED. A step waiting for a retry is cancelled at
+	// once. Cancelling a terminal job changes nothing and answers with its
+	// terminal state.
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
+	// ReplayJob re-runs a FAILED_FINAL job from its failed steps as a new job
+	// (replay_of names the original, which stays as it was: a terminal job never
+	// changes). Steps that succeeded keep their outputs and artifacts; each failed
+	// step starts with a new attempt.
+	ReplayJob(context.Context, *ReplayJobRequest) (*ReplayJobResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -152,6 +175,9 @@ func (UnimplementedJobServiceServer) ListJobEvents(context.Context, *ListJobEven
 }
 func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
+}
+func (UnimplementedJobServiceServer) ReplayJob(context.Context, *ReplayJobRequest) (*ReplayJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayJob not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -264,6 +290,24 @@ func _JobService_CancelJob_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_ReplayJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ReplayJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ReplayJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ReplayJob(ctx, req.(*ReplayJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -290,6 +334,162 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelJob",
 			Handler:    _JobService_CancelJob_Handler,
+		},
+		{
+			MethodName: "ReplayJob",
+			Handler:    _JobService_ReplayJob_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "lucius/v1/job.proto",
+}
+
+const (
+	DeadLetterService_ListDeadLetters_FullMethodName = "/lucius.v1.DeadLetterService/ListDeadLetters"
+	DeadLetterService_GetDeadLetter_FullMethodName   = "/lucius.v1.DeadLetterService/GetDeadLetter"
+)
+
+// DeadLetterServiceClient is the client API for DeadLetterService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// DeadLetterService lists what could not be processed: steps that failed for
+// good and bus messages the bus dead-lettered (delivery count exceeded, expired,
+// poison).
+type DeadLetterServiceClient interface {
+	// ListDeadLetters lists dead letters, newest first.
+	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter with its message body.
+	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
+}
+
+type deadLetterServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewDeadLetterServiceClient(cc grpc.ClientConnInterface) DeadLetterServiceClient {
+	return &deadLetterServiceClient{cc}
+}
+
+func (c *deadLetterServiceClient) ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeadLettersResponse)
+	err := c.cc.Invoke(ctx, DeadLetterService_ListDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *deadLetterServiceClient) GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDeadLetterResponse)
+	err := c.cc.Invoke(ctx, DeadLetterService_GetDeadLetter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeadLetterServiceServer is the server API for DeadLetterService service.
+// All implementations must embed UnimplementedDeadLetterServiceServer
+// for forward compatibility.
+//
+// DeadLetterService lists what could not be processed: steps that failed for
+// good and bus messages the bus dead-lettered (delivery count exceeded, expired,
+// poison).
+type DeadLetterServiceServer interface {
+	// ListDeadLetters lists dead letters, newest first.
+	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter with its message body.
+	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
+	mustEmbedUnimplementedDeadLetterServiceServer()
+}
+
+// UnimplementedDeadLetterServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedDeadLetterServiceServer struct{}
+
+func (UnimplementedDeadLetterServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
+}
+func (UnimplementedDeadLetterServiceServer) GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDeadLetter not implemented")
+}
+func (UnimplementedDeadLetterServiceServer) mustEmbedUnimplementedDeadLetterServiceServer() {}
+func (UnimplementedDeadLetterServiceServer) testEmbeddedByValue()                           {}
+
+// UnsafeDeadLetterServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to DeadLetterServiceServer will
+// result in compilation errors.
+type UnsafeDeadLetterServiceServer interface {
+	mustEmbedUnimplementedDeadLetterServiceServer()
+}
+
+func RegisterDeadLetterServiceServer(s grpc.ServiceRegistrar, srv DeadLetterServiceServer) {
+	// If the following call panics, it indicates UnimplementedDeadLetterServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&DeadLetterService_ServiceDesc, srv)
+}
+
+func _DeadLetterService_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeadLetterServiceServer).ListDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeadLetterService_ListDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeadLetterServiceServer).ListDeadLetters(ctx, req.(*ListDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DeadLetterService_GetDeadLetter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDeadLetterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DeadLetterServiceServer).GetDeadLetter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DeadLetterService_GetDeadLetter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DeadLetterServiceServer).GetDeadLetter(ctx, req.(*GetDeadLetterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// DeadLetterService_ServiceDesc is the grpc.ServiceDesc for DeadLetterService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var DeadLetterService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "lucius.v1.DeadLetterService",
+	HandlerType: (*DeadLetterServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListDeadLetters",
+			Handler:    _DeadLetterService_ListDeadLetters_Handler,
+		},
+		{
+			MethodName: "GetDeadLetter",
+			Handler:    _DeadLetterService_GetDeadLetter_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -21,8 +21,12 @@ CREATE TABLE requests (
     decision_reason     text        NOT NULL,
     cancel_requested_at timestamptz,
     cancel_reason       text        NOT NULL DEFAULT '',
-    received_at         timestamptz NOT NULL DEFAULT now()
+    replay_of           text        NOT NULL DEFAULT '', -- the failed job this request replays
+    received_at         timestamptz NOT NULL DEFAULT now(),
+    claimed_at          timestamptz  -- when an orchestrator created its job
 );
+CREATE INDEX requests_unclaimed ON requests (received_at) WHERE claimed_at IS NULL;
+CREATE INDEX requests_replay_of ON requests (replay_of) WHERE replay_of <> '';
 CREATE INDEX requests_received ON requests (received_at DESC, job_id DESC);
 CREATE INDEX requests_tenant_received ON requests (tenant_id, received_at DESC, job_id DESC);
 
@@ -55,13 +59,16 @@ CREATE TABLE jobs (
     reason              text        NOT NULL DEFAULT '',
     result_ref          text        NOT NULL DEFAULT '',
     cancel_requested_at timestamptz,
+    replay_of           text        NOT NULL DEFAULT '', -- copied from its request
+    deadline_at         timestamptz,                     -- SLA: failed with SLA_EXCEEDED if still running
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
     completed_at        timestamptz
 );
--- Only live jobs are heartbeated and reclaimed; keep those scans small.
+-- Only live jobs are heartbeated, reclaimed and swept; keep those scans small.
 CREATE INDEX jobs_owner_live ON jobs (owner_id) WHERE completed_at IS NULL;
 CREATE INDEX jobs_heartbeat_live ON jobs (owner_heartbeat_at) WHERE completed_at IS NULL;
+CREATE INDEX jobs_deadline_live ON jobs (deadline_at) WHERE completed_at IS NULL;
 
 -- One row per workflow node (control nodes too, so decisions are recorded),
 -- plus one per fan-out child ("<node>[<index>]", parent_step_id set). A fan-out
@@ -121,11 +128,16 @@ CREATE TABLE attempts (
     created_at       timestamptz NOT NULL DEFAULT now(),
     ack_deadline     timestamptz,
     acked_at         timestamptz,
-    lease_expires_at timestamptz, -- set at ACK: the attempt's execution timeout
+    lease_expires_at timestamptz, -- set at ACK, extended by heartbeats: the execution timeout
+    last_heartbeat_at timestamptz,
+    progress         jsonb,
     completed_at     timestamptz,
     PRIMARY KEY (job_id, step_id, attempt_no),
     FOREIGN KEY (job_id, step_id) REFERENCES steps (job_id, step_id)
 );
+-- The sweepers' scans: open attempts waiting for an ACK, and acknowledged ones running.
+CREATE INDEX attempts_awaiting_ack ON attempts (ack_deadline) WHERE acked_at IS NULL AND completed_at IS NULL;
+CREATE INDEX attempts_leased ON attempts (lease_expires_at) WHERE acked_at IS NOT NULL AND completed_at IS NULL;
 
 -- Append-only audit trail. No foreign key: a request has events before its job exists.
 CREATE TABLE job_events (
@@ -165,7 +177,8 @@ CREATE TABLE outbox (
     attempts       int         NOT NULL DEFAULT 0,
     last_error     text        NOT NULL DEFAULT '',
     sent_at        timestamptz,
-    dead_at        timestamptz -- given up on (a completion callback that never succeeded)
+    dead_at        timestamptz, -- given up on (a completion callback that never succeeded)
+    stale_at       timestamptz  -- reported by the stale-outbox sweeper
 );
 CREATE INDEX outbox_pending ON outbox (available_at, id) WHERE sent_at IS NULL AND dead_at IS NULL;
 CREATE INDEX outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
@@ -189,3 +202,27 @@ CREATE TABLE handlers (
     description text        NOT NULL DEFAULT '',
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- What could not be processed: steps that failed for good, and bus messages the
+-- bus dead-lettered. Listable and inspectable through the API; a failed job can
+-- be replayed.
+CREATE TABLE dead_letters (
+    id            bigserial   PRIMARY KEY,
+    kind          text        NOT NULL, -- step or bus
+    job_id        text        NOT NULL DEFAULT '',
+    step_id       text        NOT NULL DEFAULT '',
+    attempt_no    int         NOT NULL DEFAULT 0,
+    reason        text        NOT NULL,
+    description   text        NOT NULL DEFAULT '',
+    entity        text        NOT NULL DEFAULT '',
+    message_id    text        NOT NULL DEFAULT '',
+    body          bytea,
+    properties    jsonb       NOT NULL DEFAULT '{}',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    replay_job_id text        NOT NULL DEFAULT ''
+);
+CREATE INDEX dead_letters_job ON dead_letters (job_id, id);
+-- A bus dead letter is collected once, even if the collector dies before it
+-- completes the message and sees it again.
+CREATE UNIQUE INDEX dead_letters_bus_message ON dead_letters (entity, message_id) WHERE kind = 'bus';
+CREATE INDEX dead_letters_kind ON dead_letters (kind, id DESC);

@@ -21,12 +21,6 @@ import (
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
-// Bus names the gateway writes to.
-const (
-	QueueOrchestratorJobs = "orchestrator-jobs"
-	MessageTypeJobRequest = "job-request"
-)
-
 // commandService implements lucius.v1.CommandService.
 type commandService struct {
 	luciusv1.UnimplementedCommandServiceServer
@@ -70,23 +64,17 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	if err != nil {
 		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
 	}
-	queued := &luciusv1.QueuedJob{JobId: a.jobID, Command: cmd, Routing: engine.RoutingToProto(pinned), AcceptTime: timestamppb.Now()}
-	body, err := protojson.Marshal(queued)
-	if err != nil {
-		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode queued job").Err()
-	}
-	props := map[string]string{"MessageType": MessageTypeJobRequest, engine.PropTenantID: a.tenant, engine.PropJobID: a.jobID}
-	otel.GetTextMapPropagator().Inject(ctx, busCarrier(props))
-	res, err := s.store.Accept(ctx, ledger.Request{
+	request := ledger.Request{
 		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
 		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
 		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(),
 		Command: raw, Routing: pinned,
-	}, ledger.OutboxMessage{
-		MessageID: "job-request/" + a.jobID, Destination: QueueOrchestratorJobs, Kind: ledger.KindJobRequest,
-		JobID: a.jobID, Body: body, ContentType: "application/json", Properties: props, Key: a.route.RoutingKey,
-		CorrelationID: cmd.GetCorrelationId(), Subject: cmd.GetRequestType(),
-	})
+	}
+	msg, err := engine.QueuedJobMessage(ctx, request, cmd)
+	if err != nil {
+		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode queued job").Err()
+	}
+	res, err := s.store.Accept(ctx, request, msg)
 	switch {
 	case errors.Is(err, ledger.ErrIdempotencyConflict):
 		s.count(ctx, "conflict", cmd.GetRequestType())

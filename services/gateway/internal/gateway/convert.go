@@ -8,13 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
-
-// busCarrier lets the trace propagator write into message properties.
-type busCarrier = bus.PropertiesCarrier
 
 func jobStatusToProto(s ledger.JobStatus) luciusv1.JobStatus {
 	return luciusv1.JobStatus(luciusv1.JobStatus_value["JOB_STATUS_"+string(s)])
@@ -55,6 +51,7 @@ func jobToProto(j *ledger.Job) *luciusv1.Job {
 		CallbackUrl: j.CallbackURL, Payload: structOf(j.Payload), OwnerId: j.OwnerID, OwnerEpoch: j.OwnerEpoch,
 		CurrentStepId: j.CurrentStepID, Reason: j.Reason, ResultRef: j.ResultRef,
 		CreateTime: ts(j.CreatedAt), UpdateTime: ts(j.UpdatedAt), CompleteTime: ts(j.CompletedAt), CancelTime: ts(j.CancelRequestedAt),
+		ReplayOf: j.ReplayOf, DeadlineTime: ts(j.DeadlineAt),
 	}
 }
 
@@ -80,6 +77,7 @@ func stepToProto(s ledger.StepWithAttempts) *luciusv1.Step {
 			AttemptNo: int32(a.AttemptNo), LeaseId: a.LeaseID, Status: stepStatusToProto(a.Status),
 			Routing: engine.RoutingToProto(a.Routing), WorkerId: a.WorkerID, FailureClass: a.FailureClass, Reason: a.Reason,
 			CreateTime: ts(a.CreatedAt), AckTime: ts(a.AckedAt), CompleteTime: ts(a.CompletedAt),
+			AckDeadline: ts(a.AckDeadline), LeaseExpireTime: ts(a.LeaseExpiresAt), Progress: structOf(a.Progress),
 		})
 	}
 	return out
@@ -94,4 +92,16 @@ func eventToProto(e ledger.Event) *luciusv1.JobEvent {
 		}
 	}
 	return out
+}
+
+func deadLetterToProto(d ledger.DeadLetter) *luciusv1.DeadLetter {
+	kind := luciusv1.DeadLetterKind_DEAD_LETTER_KIND_STEP
+	if d.Kind == ledger.DeadLetterBus {
+		kind = luciusv1.DeadLetterKind_DEAD_LETTER_KIND_BUS
+	}
+	return &luciusv1.DeadLetter{
+		DeadLetterId: d.ID, Kind: kind, JobId: d.JobID, StepId: d.StepID, AttemptNo: int32(d.AttemptNo),
+		Reason: d.Reason, Description: d.Description, Entity: d.Entity, MessageId: d.MessageID, Body: string(d.Body),
+		Properties: d.Properties, CreateTime: ts(d.CreatedAt), ReplayJobId: d.ReplayJobID,
+	}
 }

@@ -167,6 +167,20 @@ func (s *jobService) CancelJob(ctx context.Context, req *luciusv1.CancelJobReque
 	return &luciusv1.CancelJobResponse{Job: jobToProto(job)}, nil
 }
 
+// ReplayJob re-runs a FAILED_FINAL job as a new job (see engine.Replay).
+func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobRequest) (*luciusv1.ReplayJobResponse, error) {
+	job, err := engine.Replay(ctx, s.store, req.GetJobId(), req.GetReason(), nil)
+	if errors.Is(err, engine.ErrNotReplayable) {
+		return nil, server.Error(codes.FailedPrecondition, server.ReasonJobNotReplayable,
+			"job "+req.GetJobId()+" cannot be replayed: "+err.Error(), "job_id", req.GetJobId()).Err()
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
+	s.log.InfoContext(ctx, "job replayed", telemetry.JobID(req.GetJobId()), "replay_job_id", job.JobID)
+	return &luciusv1.ReplayJobResponse{Job: jobToProto(job)}, nil
+}
+
 // storeError maps ledger errors to API statuses, in one place.
 func (s *jobService) storeError(ctx context.Context, err error, jobID string) error {
 	if errors.Is(err, ledger.ErrNotFound) {

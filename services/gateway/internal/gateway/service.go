@@ -74,9 +74,11 @@ func Run(ctx context.Context, cfg Config) error {
 	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
 	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log})
 	luciusv1.RegisterWorkflowServiceServer(ep.GRPC, &workflowService{reg: workflows, log: log})
+	luciusv1.RegisterDeadLetterServiceServer(ep.GRPC, &deadLetterService{store: store, log: log})
 	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterDeadLetterServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}

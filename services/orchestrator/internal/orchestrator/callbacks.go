@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -31,7 +32,7 @@ var _ luciusv1.CallbackServiceServer = (*callbackService)(nil)
 
 func newCallbackService(eng *engine.Engine, log *slog.Logger) (*callbackService, error) {
 	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_callbacks_total",
-		metric.WithDescription("ACK and RESULT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL)."))
+		metric.WithDescription("ACK, RESULT and HEARTBEAT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL)."))
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +60,27 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 		JobStatus: luciusv1.JobStatus(luciusv1.JobStatus_value["JOB_STATUS_"+string(res.JobStatus)])}, nil
 }
 
+// Heartbeat extends the lease of a long-running attempt.
+func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) (*luciusv1.HeartbeatResponse, error) {
+	res, err := s.engine.Heartbeat(ctx, req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	s.record(ctx, "HEARTBEAT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	resp := &luciusv1.HeartbeatResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus)}
+	if !res.LeaseExpiresAt.IsZero() {
+		resp.LeaseExpireTime = timestamppb.New(res.LeaseExpiresAt)
+	}
+	return resp, nil
+}
+
 func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32, status string) {
 	name := outcome.String()[len("CALLBACK_OUTCOME_"):]
 	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", name)))
 	level := slog.LevelInfo
+	if kind == "HEARTBEAT" && outcome == luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		level = slog.LevelDebug // one every lease/3 per running step
+	}
 	if outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		level = slog.LevelWarn
 	}

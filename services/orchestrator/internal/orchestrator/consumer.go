@@ -26,13 +26,13 @@ import (
 type jobConsumer struct {
 	receiver    bus.Receiver
 	engine      *engine.Engine
-	owner       string
+	owner       *ownership
 	concurrency int
 	log         *slog.Logger
 	claimed     metric.Int64Counter
 }
 
-func newJobConsumer(r bus.Receiver, eng *engine.Engine, owner string, concurrency int, log *slog.Logger) (*jobConsumer, error) {
+func newJobConsumer(r bus.Receiver, eng *engine.Engine, owner *ownership, concurrency int, log *slog.Logger) (*jobConsumer, error) {
 	claimed, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_jobs_claimed_total",
 		metric.WithDescription("orchestrator-jobs messages handled, by outcome (created, existing, poison, error)."))
 	if err != nil {
@@ -82,7 +82,7 @@ func (c *jobConsumer) handle(ctx context.Context, m *bus.Received) {
 		return
 	}
 	log := c.log.With(telemetry.JobID(q.GetJobId()), telemetry.TenantID(q.GetCommand().GetTenantId()))
-	created, err := c.engine.CreateJob(ctx, q, c.owner)
+	created, err := c.engine.CreateJob(ctx, q, c.owner.owner)
 	if err != nil {
 		c.count(ctx, "error")
 		log.ErrorContext(ctx, "create job; abandoning message for redelivery", "delivery_count", m.DeliveryCount, telemetry.Err(err))
@@ -94,7 +94,8 @@ func (c *jobConsumer) handle(ctx context.Context, m *bus.Received) {
 	outcome := "existing"
 	if created.New {
 		outcome = "created"
-		log.InfoContext(ctx, "job created", "status", created.Job.Status, telemetry.KeyOwnerID, c.owner)
+		c.owner.hold(created.Job.JobID, created.Job.OwnerEpoch)
+		log.InfoContext(ctx, "job created", "status", created.Job.Status, telemetry.KeyOwnerID, c.owner.owner)
 	} else {
 		log.InfoContext(ctx, "job already exists; redelivered message completed")
 	}

@@ -2,9 +2,15 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -33,34 +39,134 @@ func (c *OwnershipConfig) defaults() {
 	}
 }
 
-// heartbeatLoop keeps this instance's jobs owned. If it stops (a crash, a
-// SIGSTOP), the jobs become orphans after OrphanThreshold.
-func heartbeatLoop(ctx context.Context, store *ledger.Store, owner string, every time.Duration, log *slog.Logger) {
-	loop.Every(ctx, every, true, func(ctx context.Context) {
-		n, err := store.Heartbeat(ctx, owner)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.WarnContext(ctx, "heartbeat", telemetry.Err(err))
-		case n > 0:
-			log.DebugContext(ctx, "heartbeat", "jobs", n)
-		}
-	})
+// ownership is what this instance believes it owns: each job at the epoch it
+// took it with. Every ownership write names that epoch, so after a pause (GC,
+// SIGSTOP, a partition) longer than the orphan threshold the instance's writes
+// to jobs another instance reclaimed change nothing; they are logged, counted
+// and recorded as WRITE_FENCED events, and the jobs are dropped.
+type ownership struct {
+	store  *ledger.Store
+	engine *engine.Engine
+	owner  string
+	cfg    OwnershipConfig
+	log    *slog.Logger
+	fenced metric.Int64Counter
+
+	mu   sync.Mutex
+	jobs map[string]int64
 }
 
-// orphanLoop reclaims jobs whose owner went silent. Reclaiming increments the
-// owner epoch, fencing the former owner.
-func orphanLoop(ctx context.Context, store *ledger.Store, owner string, cfg OwnershipConfig, log *slog.Logger) {
-	loop.Every(ctx, cfg.OrphanScan, false, func(ctx context.Context) {
-		reclaimed, err := store.ReclaimOrphans(ctx, owner, cfg.OrphanThreshold, cfg.ReclaimBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.WarnContext(ctx, "orphan scan", telemetry.Err(err))
-			}
-			return
+func newOwnership(store *ledger.Store, eng *engine.Engine, owner string, cfg OwnershipConfig, log *slog.Logger) (*ownership, error) {
+	fenced, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_fenced_writes_total",
+		metric.WithDescription("Writes this instance made at an owner epoch another instance had moved past (rejected)."))
+	if err != nil {
+		return nil, err
+	}
+	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, jobs: map[string]int64{}}, nil
+}
+
+// load adopts the live jobs already held under this owner id (a restart
+// with a fixed LUCIUS_OWNER_ID).
+func (o *ownership) load(ctx context.Context) error {
+	held, err := o.store.OwnedJobs(ctx, o.owner)
+	if err != nil {
+		return err
+	}
+	for _, h := range held {
+		o.hold(h.JobID, h.Epoch)
+	}
+	return nil
+}
+
+func (o *ownership) hold(jobID string, epoch int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if epoch > o.jobs[jobID] {
+		o.jobs[jobID] = epoch
+	}
+}
+
+func (o *ownership) held() []ledger.OwnedJob {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]ledger.OwnedJob, 0, len(o.jobs))
+	for id, epoch := range o.jobs {
+		out = append(out, ledger.OwnedJob{JobID: id, Epoch: epoch})
+	}
+	return out
+}
+
+// heartbeat refreshes every held job at its epoch and forgets the jobs that
+// ended or were fenced off.
+func (o *ownership) heartbeat(ctx context.Context) {
+	held := o.held()
+	kept, fenced, err := o.store.HeartbeatOwned(ctx, o.owner, held)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.WarnContext(ctx, "heartbeat", telemetry.Err(err))
 		}
-		for _, r := range reclaimed {
-			log.InfoContext(ctx, "reclaimed orphaned job", telemetry.JobID(r.JobID), "previous_owner", r.PreviousOwner,
-				telemetry.KeyOwnerEpoch, r.Epoch)
+		return
+	}
+	keep := make(map[string]bool, len(kept))
+	for _, k := range kept {
+		keep[k.JobID] = true
+	}
+	o.mu.Lock()
+	for _, h := range held {
+		if !keep[h.JobID] && o.jobs[h.JobID] == h.Epoch {
+			delete(o.jobs, h.JobID)
 		}
-	})
+	}
+	o.mu.Unlock()
+	var events []ledger.Event
+	for _, f := range fenced {
+		o.fenced.Add(ctx, 1)
+		o.log.WarnContext(ctx, "write fenced: another instance owns the job now", "write", "heartbeat", telemetry.JobID(f.JobID),
+			telemetry.KeyOwnerEpoch, f.Epoch, "current_owner", f.Owner, "current_epoch", f.CurrentEpoch)
+		events = append(events, ledger.Event{JobID: f.JobID, Type: ledger.EventFenced, Reason: "STALE_OWNER_EPOCH",
+			Data: map[string]any{"write": "heartbeat", "owner": o.owner, "epoch": f.Epoch,
+				"current_owner": f.Owner, "current_epoch": f.CurrentEpoch}})
+	}
+	if len(events) > 0 {
+		if err := o.store.RecordEvents(ctx, events...); err != nil {
+			o.log.WarnContext(ctx, "record fenced writes", telemetry.Err(err))
+		}
+	}
+	o.log.DebugContext(ctx, "heartbeat", "jobs", len(kept), "fenced", len(fenced))
+}
+
+// reclaim takes over orphans and evaluates each again at the new epoch, so
+// whatever became ready while its owner was gone starts.
+func (o *ownership) reclaim(ctx context.Context) {
+	reclaimed, err := o.store.ReclaimOrphans(ctx, o.owner, o.cfg.OrphanThreshold, o.cfg.ReclaimBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.WarnContext(ctx, "orphan scan", telemetry.Err(err))
+		}
+		return
+	}
+	for _, r := range reclaimed {
+		o.hold(r.JobID, r.Epoch)
+		o.log.InfoContext(ctx, "reclaimed orphaned job", telemetry.JobID(r.JobID), "previous_owner", r.PreviousOwner,
+			telemetry.KeyOwnerEpoch, r.Epoch)
+		err := o.engine.Recover(ctx, r.JobID, o.owner, r.Epoch)
+		if errors.Is(err, engine.ErrFenced) {
+			o.fenced.Add(ctx, 1)
+			o.log.WarnContext(ctx, "write fenced: the job was reclaimed again", "write", "recover", telemetry.JobID(r.JobID),
+				telemetry.KeyOwnerEpoch, r.Epoch, telemetry.Err(err))
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
+			o.log.WarnContext(ctx, "recover reclaimed job", telemetry.JobID(r.JobID), telemetry.Err(err))
+		}
+	}
+}
+
+// run heartbeats and scans for orphans until ctx ends.
+func (o *ownership) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); loop.Every(ctx, o.cfg.HeartbeatInterval, true, o.heartbeat) }()
+	go func() { defer wg.Done(); loop.Every(ctx, o.cfg.OrphanScan, false, o.reclaim) }()
+	wg.Wait()
 }

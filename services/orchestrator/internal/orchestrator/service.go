@@ -132,7 +132,15 @@ func Run(ctx context.Context, cfg Config) error {
 		ep.Close()
 		return err
 	}
-	consumer, err := newJobConsumer(receiver, eng, cfg.OwnerID, cfg.JobConcurrency, log)
+	owned, err := newOwnership(store, eng, cfg.OwnerID, cfg.Ownership, log)
+	if err == nil {
+		err = owned.load(ctx)
+	}
+	if err != nil {
+		ep.Close()
+		return err
+	}
+	consumer, err := newJobConsumer(receiver, eng, owned, cfg.JobConcurrency, log)
 	if err != nil {
 		ep.Close()
 		return err
@@ -141,10 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){
 		consumer.run,
-		func(ctx context.Context) {
-			heartbeatLoop(ctx, store, cfg.OwnerID, cfg.Ownership.HeartbeatInterval, log)
-		},
-		func(ctx context.Context) { orphanLoop(ctx, store, cfg.OwnerID, cfg.Ownership, log) },
+		owned.run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(loops) }()

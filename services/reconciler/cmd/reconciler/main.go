@@ -27,7 +27,19 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 			Lease:        e.Duration("LUCIUS_OUTBOX_LEASE", 0),
 			PollInterval: e.Duration("LUCIUS_OUTBOX_POLL_INTERVAL", 0),
 		},
-		OutboxRetention: e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
+		OutboxRetention:    e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
+		WorkspaceRoot:      e.Required("LUCIUS_WORKSPACE_ROOT"),
+		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
+		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
+		Sweepers: reconciler.SweepersConfig{
+			Acks:        sweep(e, "ACK"),
+			Leases:      sweep(e, "LEASE"),
+			Dispatching: sweep(e, "DISPATCHING"),
+			SLA:         sweep(e, "SLA"),
+			Outbox:      sweep(e, "OUTBOX"),
+			Requests:    sweep(e, "REQUESTS"),
+			DeadLetters: sweep(e, "DEADLETTER"),
+		},
 	}
 	cfg.Callbacks = reconciler.CallbackConfig{
 		MaxAttempts:    e.Int("LUCIUS_CALLBACK_MAX_ATTEMPTS", 0),
@@ -37,4 +49,16 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 	var err error
 	cfg.Topology, err = topology.ConfigFromEnv(e)
 	return cfg, err
+}
+
+// sweep reads one sweeper's settings: LUCIUS_SWEEP_<NAME>_INTERVAL, _BATCH,
+// _TIMEOUT and _AGE (zero: the sweeper's default).
+func sweep(e *env.Reader, name string) reconciler.SweepConfig {
+	prefix := "LUCIUS_SWEEP_" + name + "_"
+	return reconciler.SweepConfig{
+		Interval:     e.Duration(prefix+"INTERVAL", 0),
+		BatchSize:    e.Int(prefix+"BATCH", 0),
+		QueryTimeout: e.Duration(prefix+"TIMEOUT", 0),
+		Age:          e.Duration(prefix+"AGE", 0),
+	}
 }

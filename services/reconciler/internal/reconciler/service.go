@@ -1,14 +1,21 @@
 // Package reconciler keeps the ledger and the bus in step: its dispatcher
 // publishes outbox rows (the durable intent every state change writes in its own
-// transaction) and marks them sent, and its loops keep the outbox small. Later
-// sweepers repair drift (steps stuck dispatching, ACK timeouts, expired leases,
-// jobs past their SLA). Any number of reconcilers may run.
+// transaction) and marks them sent; its deliverer posts completion callbacks;
+// its sweepers repair drift (ACK timeouts, expired leases, steps stuck
+// dispatching, jobs past their SLA, messages stuck in the outbox, requests no
+// orchestrator claimed) and collect bus dead letters. Every repair goes through
+// the engine's guards, so any number of reconcilers may run.
 package reconciler
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/loop"
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/database"
@@ -28,6 +35,16 @@ type Config struct {
 	Topology   topology.Config
 	Dispatcher DispatcherConfig
 	Callbacks  CallbackConfig
+	Sweepers   SweepersConfig
+	// WorkspaceRoot is the URL job workspaces live under (directives of the
+	// attempts sweepers start carry it). Required.
+	WorkspaceRoot string
+	// CallbackGRPCTarget and CallbackRESTURL are the orchestrators' CallbackService,
+	// put in directives of the attempts sweepers start (defaults: the
+	// orchestrator's default addresses, 127.0.0.1:9091 and http://127.0.0.1:8081).
+	CallbackGRPCTarget string
+	CallbackRESTURL    string
+
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
 	PurgeInterval   time.Duration // default 1m
@@ -35,7 +52,11 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return c.Service.Validate()
+	errs := []error{c.Service.Validate()}
+	if c.WorkspaceRoot == "" {
+		errs = append(errs, errors.New("reconciler: WorkspaceRoot is required"))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) defaults() {
@@ -46,6 +67,10 @@ func (c *Config) defaults() {
 	if c.PurgeInterval == 0 {
 		c.PurgeInterval = time.Minute
 	}
+	if c.CallbackGRPCTarget == "" && c.CallbackRESTURL == "" {
+		c.CallbackGRPCTarget, c.CallbackRESTURL = "127.0.0.1:9091", "http://127.0.0.1:8081"
+	}
+	c.Sweepers.defaults()
 }
 
 // Run serves until ctx ends.
@@ -69,12 +94,39 @@ func Run(ctx context.Context, cfg Config) error {
 	defer b.Close(context.Background()) //nolint:errcheck
 	// Declare the subscriptions of every service known so far; orchestrators and
 	// workers declare theirs too, before anything is published to them.
-	if cfg.Topology.Services, err = registry.New(store).Services(ctx); err != nil {
+	workflows := registry.New(store)
+	declare := func(ctx context.Context) (topology.Config, error) {
+		topo := cfg.Topology
+		var err error
+		if topo.Services, err = workflows.Services(ctx); err != nil {
+			return topo, err
+		}
+		return topo, topology.Declare(ctx, b, topo)
+	}
+	if _, err := declare(ctx); err != nil {
 		return err
 	}
-	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
+		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}})
+	if err != nil {
 		return err
 	}
+	metrics, err := newSweepMetrics(log)
+	if err != nil {
+		return err
+	}
+	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{},
+		sources: func(ctx context.Context) ([]bus.Source, error) {
+			topo := cfg.Topology
+			var err error
+			topo.Services, err = workflows.Services(ctx)
+			return topology.Sources(topo), err
+		}}
+	defer dead.close()
+	loops := append(sweepers(store, eng, cfg.Sweepers, staleOutbox(store, declare)),
+		func(ctx context.Context, m *sweepMetrics) {
+			loop.Every(ctx, cfg.Sweepers.DeadLetters.Interval, false, func(ctx context.Context) { dead.round(ctx, m) })
+		})
 	disp, err := newDispatcher(store, b, pool, cfg.Dispatcher, log)
 	if err != nil {
 		return err
@@ -88,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	background, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	published, callbacks := make(chan struct{}, 1), make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){
@@ -96,13 +148,44 @@ func Run(ctx context.Context, cfg Config) error {
 		func(ctx context.Context) { disp.run(ctx, published) },
 		func(ctx context.Context) { deliv.run(ctx, callbacks) },
 		func(ctx context.Context) { purgeLoop(ctx, store, cfg.PurgeInterval, cfg.OutboxRetention, log) },
+		func(ctx context.Context) { runAll(ctx, metrics, loops) },
 	} {
 		wg.Add(1)
-		go func() { defer wg.Done(); loop(loops) }()
+		go func() { defer wg.Done(); loop(background) }()
 	}
 	defer func() { stopLoops(); wg.Wait() }()
 
 	log.Info("reconciler serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
-		"batch_size", disp.cfg.BatchSize, "poll_interval", disp.cfg.PollInterval)
+		"batch_size", disp.cfg.BatchSize, "poll_interval", disp.cfg.PollInterval,
+		"ack_sweep", cfg.Sweepers.Acks.Interval, "lease_sweep", cfg.Sweepers.Leases.Interval,
+		"callback_grpc_target", cfg.CallbackGRPCTarget)
 	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
+}
+
+// staleOutbox repairs a message stuck in the outbox: it declares the bus
+// topology again (a missing entity is the usual cause; at most once a minute)
+// and records an OUTBOX_STALE event on the job.
+func staleOutbox(store *ledger.Store, declare func(context.Context) (topology.Config, error)) func(context.Context, ledger.StaleOutboxRow) (engine.Swept, error) {
+	var mu sync.Mutex
+	var declared time.Time
+	return func(ctx context.Context, r ledger.StaleOutboxRow) (engine.Swept, error) {
+		mu.Lock()
+		if time.Since(declared) > time.Minute {
+			if _, err := declare(ctx); err != nil {
+				mu.Unlock()
+				return engine.Swept{}, err
+			}
+			declared = time.Now()
+		}
+		mu.Unlock()
+		if r.JobID != "" {
+			err := store.RecordEvents(ctx, ledger.Event{JobID: r.JobID, StepID: r.StepID, AttemptNo: r.AttemptNo,
+				Type: ledger.EventOutboxStale, Reason: "UNSENT_TOO_LONG", Data: map[string]any{"outbox_id": r.ID,
+					"kind": r.Kind, "destination": r.Destination, "publish_attempts": r.Attempts, "last_error": r.LastError}})
+			if err != nil {
+				return engine.Swept{}, err
+			}
+		}
+		return engine.Swept{Applied: true, Outcome: "REPORTED"}, nil
+	}
 }

@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/topology"
+)
+
+// MessageTypeJobRequest is the MessageType of orchestrator-jobs messages.
+const MessageTypeJobRequest = "job-request"
+
+// QueuedJobMessage builds the orchestrator-jobs message of an accepted request
+// (its outbox row), carrying ctx's trace context.
+func QueuedJobMessage(ctx context.Context, req ledger.Request, cmd *luciusv1.Command) (ledger.OutboxMessage, error) {
+	q := &luciusv1.QueuedJob{JobId: req.JobID, Command: cmd, Routing: RoutingToProto(req.Routing),
+		AcceptTime: timestamppb.Now(), ReplayOf: req.ReplayOf}
+	body, err := protojson.Marshal(q)
+	if err != nil {
+		return ledger.OutboxMessage{}, err
+	}
+	props := map[string]string{PropMessageType: MessageTypeJobRequest, PropTenantID: req.TenantID, PropJobID: req.JobID}
+	otel.GetTextMapPropagator().Inject(ctx, bus.PropertiesCarrier(props))
+	return ledger.OutboxMessage{
+		MessageID: "job-request/" + req.JobID, Destination: topology.QueueOrchestratorJobs, Kind: ledger.KindJobRequest,
+		JobID: req.JobID, Body: body, ContentType: "application/json", Properties: props, Key: req.Routing.RoutingKey,
+		CorrelationID: req.CorrelationID, Subject: req.RequestType,
+	}, nil
+}

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// deadLetterService implements lucius.v1.DeadLetterService from the ledger:
+// steps that failed for good (written by the engine) and bus dead letters
+// (collected by the reconciler).
+type deadLetterService struct {
+	luciusv1.UnimplementedDeadLetterServiceServer
+	store *ledger.Store
+	log   *slog.Logger
+}
+
+var _ luciusv1.DeadLetterServiceServer = (*deadLetterService)(nil)
+
+// ListDeadLetters pages newest first; the page token is the last id seen.
+func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.ListDeadLettersRequest) (*luciusv1.ListDeadLettersResponse, error) {
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = 50
+	}
+	filter := ledger.DeadLetterFilter{JobID: req.GetJobId(), Limit: size + 1}
+	switch req.GetKind() {
+	case luciusv1.DeadLetterKind_DEAD_LETTER_KIND_STEP:
+		filter.Kind = ledger.DeadLetterStep
+	case luciusv1.DeadLetterKind_DEAD_LETTER_KIND_BUS:
+		filter.Kind = ledger.DeadLetterBus
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		var raw string
+		if err := decodeToken(tok, &raw); err != nil {
+			return nil, invalidPageToken()
+		}
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, invalidPageToken()
+		}
+		filter.BeforeID = n
+	}
+	list, err := s.store.ListDeadLetters(ctx, filter)
+	if err != nil {
+		return nil, s.error(ctx, err)
+	}
+	resp := &luciusv1.ListDeadLettersResponse{}
+	if len(list) > size {
+		list = list[:size]
+		resp.NextPageToken = encodeToken(strconv.FormatInt(list[size-1].ID, 10))
+	}
+	for _, d := range list {
+		resp.DeadLetters = append(resp.DeadLetters, deadLetterToProto(d))
+	}
+	return resp, nil
+}
+
+// GetDeadLetter returns one dead letter with its body.
+func (s *deadLetterService) GetDeadLetter(ctx context.Context, req *luciusv1.GetDeadLetterRequest) (*luciusv1.GetDeadLetterResponse, error) {
+	d, err := s.store.GetDeadLetter(ctx, req.GetDeadLetterId())
+	if errors.Is(err, ledger.ErrNotFound) {
+		id := strconv.FormatInt(req.GetDeadLetterId(), 10)
+		return nil, server.Error(codes.NotFound, server.ReasonDeadLetterNotFound, "dead letter "+id+" not found",
+			"dead_letter_id", id).Err()
+	}
+	if err != nil {
+		return nil, s.error(ctx, err)
+	}
+	return &luciusv1.GetDeadLetterResponse{DeadLetter: deadLetterToProto(*d)}, nil
+}
+
+func (s *deadLetterService) error(ctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
+	}
+	s.log.ErrorContext(ctx, "dead letters", telemetry.Err(err))
+	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+}
