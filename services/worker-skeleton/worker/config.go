@@ -40,6 +40,11 @@ type Config struct {
 	// honouring cancellation: a testing and chaos hook that keeps attempts in
 	// flight long enough to kill a process under them. Default 0.
 	ExecutionDelay time.Duration
+	// Faults enables fault injection for chaos tests: before executing, the
+	// runner applies the directive payload's "fault" object when its
+	// step_type matches the directive's (see the README). Never enable it in
+	// production. Default false.
+	Faults bool
 	// LockDuration and MaxDeliveryCount configure the directive subscriptions
 	// the runner declares at start. Defaults: bus.DefaultLockDuration (60s)
 	// and bus.DefaultMaxDeliveryCount (10).
@@ -51,7 +56,7 @@ type Config struct {
 	// TaskTimeout bounds one execution; past it the attempt fails RETRYABLE
 	// with code TIMEOUT. Default 10 minutes.
 	TaskTimeout time.Duration
-	// CallTimeout bounds one ACK or RESULT call. Default 10s.
+	// CallTimeout bounds one ACK, RESULT or Heartbeat call. Default 10s.
 	CallTimeout time.Duration
 	// AckRetryTimeout is how long an unanswered ACK is retried before the
 	// attempt executes anyway (a RESULT implies the ACK, and the RESULT's

@@ -13,13 +13,24 @@
 //     LEASE_MISMATCH and AFTER_TERMINAL mean another attempt owns the step: the
 //     message is completed without running anything;
 //  4. runs the Executor while renewing the message lock, the executor writing its
-//     artifacts under <workspace_ref><step_type>/<attempt_no>/ through the Task;
+//     artifacts under <workspace_ref><step_type>/<attempt_no>/ through the Task.
+//     When the directive sets lease_timeout, it heartbeats every
+//     HeartbeatInterval(lease_timeout), carrying the Task's progress
+//     (Task.SetProgress); a heartbeat saying the lease is lost cancels the
+//     execution (cause ErrLeaseLost), and the attempt ends without RESULT,
+//     with nothing recorded as done and the message completed;
 //  5. on the protocol's final step, copies the first artifact to output_ref;
-//  6. records the RESULT in the Store, then sends it, retried with capped,
+//  6. on success, records the step's effect (Store.RecordEffect): one record
+//     per (job_id, step_id), so a step has exactly one committed effect
+//     however many of its attempts succeed;
+//  7. records the RESULT in the Store, then sends it, retried with capped,
 //     jittered exponential backoff until the orchestrator answers;
-//  7. completes the message. A message whose RESULT was not delivered is never
+//  8. completes the message. A message whose RESULT was not delivered is never
 //     completed: it is abandoned (or its lock left to expire) and its
 //     redelivery sends the stored RESULT.
+//
+// For chaos tests only, Config.Faults lets the directive payload's "fault"
+// object inject failures and delays before the Executor runs.
 //
 // Errors returned by an Executor are classified with Permanent and Retryable
 // into the RESULT's failure_class; an unclassified error is RETRYABLE (see

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
@@ -62,11 +63,25 @@ type fakeOrchestrator struct {
 	resultErr error
 	acks      []*luciusv1.AckRequest
 	results   []*luciusv1.ResultRequest // every call, failed ones included
+	// heartbeatOutcome answers heartbeats (default APPLIED); heartbeatErr,
+	// when set, fails them; heartbeatErrs fail the next ones first, in order.
+	heartbeatOutcome luciusv1.CallbackOutcome
+	heartbeatErr     error
+	heartbeatErrs    []error
+	heartbeats       []heartbeatCall // every call, failed ones included
+}
+
+// heartbeatCall is one Heartbeat the fake received, and what was already
+// answered when it arrived.
+type heartbeatCall struct {
+	req           *luciusv1.HeartbeatRequest
+	resultsBefore int
 }
 
 func newFakeOrchestrator(t *testing.T) *fakeOrchestrator {
 	t.Helper()
-	f := &fakeOrchestrator{ackOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED}
+	f := &fakeOrchestrator{ackOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED,
+		heartbeatOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED}
 	srv, _, err := server.NewGRPC(logger)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +126,29 @@ func (f *fakeOrchestrator) Result(_ context.Context, req *luciusv1.ResultRequest
 		}
 	}
 	return &luciusv1.ResultResponse{Outcome: outcome}, nil
+}
+
+func (f *fakeOrchestrator) Heartbeat(_ context.Context, req *luciusv1.HeartbeatRequest) (*luciusv1.HeartbeatResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heartbeats = append(f.heartbeats, heartbeatCall{req: req, resultsBefore: len(f.results)})
+	if len(f.heartbeatErrs) > 0 {
+		err := f.heartbeatErrs[0]
+		f.heartbeatErrs = f.heartbeatErrs[1:]
+		return nil, err
+	}
+	if f.heartbeatErr != nil {
+		return nil, f.heartbeatErr
+	}
+	return &luciusv1.HeartbeatResponse{Outcome: f.heartbeatOutcome, StepStatus: luciusv1.StepStatus_STEP_STATUS_IN_PROGRESS,
+		LeaseExpireTime: timestamppb.New(time.Now().Add(3 * time.Second))}, nil
+}
+
+// heartbeatCalls returns every Heartbeat received so far.
+func (f *fakeOrchestrator) heartbeatCalls() []heartbeatCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]heartbeatCall(nil), f.heartbeats...)
 }
 
 func (f *fakeOrchestrator) calls() (acks []*luciusv1.AckRequest, results []*luciusv1.ResultRequest) {
@@ -340,6 +378,48 @@ func (e *env) executions(jobID string) int {
 		e.t.Fatal(err)
 	}
 	return n
+}
+
+// finishedExecutions counts a job's worker_executions rows recorded as done.
+func (e *env) finishedExecutions(jobID string) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM worker_executions WHERE job_id = $1 AND finished_at IS NOT NULL`, jobID).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// effectRow is one worker_effects row.
+type effectRow struct {
+	stepID    string
+	attemptNo int
+	leaseID   string
+	workerID  string
+}
+
+// effects lists a job's worker_effects rows.
+func (e *env) effects(jobID string) []effectRow {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(),
+		`SELECT step_id, attempt_no, lease_id, worker_id FROM worker_effects WHERE job_id = $1 ORDER BY step_id`, jobID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []effectRow
+	for rows.Next() {
+		var r effectRow
+		if err := rows.Scan(&r.stepID, &r.attemptNo, &r.leaseID, &r.workerID); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
 }
 
 // counter counts executor runs.

@@ -19,8 +19,9 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations create the worker's tables (worker_executions). Apply them with
-// package migrate, next to pgbus.Migrations when the bus shares the database.
+// Migrations create the worker's tables (worker_executions, worker_effects).
+// Apply them with package migrate, next to pgbus.Migrations when the bus
+// shares the database.
 var Migrations = migrate.Set{Component: "worker", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(fsys fs.FS, dir string) fs.FS {
@@ -70,6 +71,15 @@ DELETE FROM worker_executions
 	qPrune = `
 DELETE FROM worker_executions WHERE ctid IN (
   SELECT ctid FROM worker_executions WHERE finished_at < $1 LIMIT $2)`
+
+	qRecordEffect = `
+INSERT INTO worker_effects (job_id, step_id, attempt_no, lease_id, service, worker_id)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (job_id, step_id) DO NOTHING`
+
+	qPruneEffects = `
+DELETE FROM worker_effects WHERE ctid IN (
+  SELECT ctid FROM worker_effects WHERE committed_at < $1 LIMIT $2)`
 )
 
 // PGStore is a Store in a PostgreSQL database migrated with Migrations.
@@ -151,6 +161,16 @@ func (s *PGStore) Forget(ctx context.Context, key Key, workerID string) error {
 	return s.update(ctx, "forget", qForget, key, workerID)
 }
 
+// RecordEffect implements Store with INSERT ... ON CONFLICT (job_id, step_id)
+// DO NOTHING: concurrent attempts of one step cannot both insert.
+func (s *PGStore) RecordEffect(ctx context.Context, e Effect) (bool, error) {
+	tag, err := s.pool.Exec(ctx, qRecordEffect, e.JobID, e.StepID, e.AttemptNo, e.LeaseID, e.Service, e.WorkerID)
+	if err != nil {
+		return false, fmt.Errorf("record effect of %s: %w", e.Key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // update runs a statement on workerID's unfinished record of key.
 func (s *PGStore) update(ctx context.Context, what, query string, key Key, workerID string, args ...any) error {
 	tag, err := s.pool.Exec(ctx, query, append([]any{key.JobID, key.StepID, key.AttemptNo, key.LeaseID, workerID}, args...)...)
@@ -171,6 +191,18 @@ func (s *PGStore) Prune(ctx context.Context, before time.Time, batch int) (int64
 	tag, err := s.pool.Exec(ctx, qPrune, before, batch)
 	if err != nil {
 		return 0, fmt.Errorf("prune worker executions: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PruneEffects deletes up to batch worker_effects rows committed before
+// before, returning how many it deleted. A step's effect must outlive every
+// attempt of the step that can still arrive (a late attempt finding no row
+// would commit the step's effect again), so use the same retention as Prune.
+func (s *PGStore) PruneEffects(ctx context.Context, before time.Time, batch int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, qPruneEffects, before, batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune worker effects: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

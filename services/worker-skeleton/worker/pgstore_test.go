@@ -50,3 +50,41 @@ func TestPGStorePruneDeletesOnlyOldFinishedRecords(t *testing.T) {
 		t.Fatalf("unfinished records left = %d (%v), want 1", left, err)
 	}
 }
+
+func TestPGStoreEffectKeepsTheFirstAttemptAndPrunes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	store := worker.NewPGStore(pool)
+	first := worker.Key{JobID: "bb", StepID: "ocr", AttemptNo: 1, LeaseID: "l1"}
+	second := worker.Key{JobID: "bb", StepID: "ocr", AttemptNo: 2, LeaseID: "l2"}
+	for i, e := range []worker.Effect{
+		{Key: first, Service: "ocr", WorkerID: "w1"},
+		{Key: second, Service: "ocr", WorkerID: "w2"},
+	} {
+		inserted, err := store.RecordEffect(ctx, e)
+		if err != nil || inserted != (i == 0) {
+			t.Fatalf("record effect %d: inserted %v (%v), want %v", i+1, inserted, err, i == 0)
+		}
+	}
+	var (
+		rows, attempt  int
+		lease, svc, by string
+		committedAt    time.Time
+	)
+	err := pool.QueryRow(ctx, `SELECT count(*) OVER (), attempt_no, lease_id, service, worker_id, committed_at
+		FROM worker_effects WHERE job_id = 'bb'`).Scan(&rows, &attempt, &lease, &svc, &by, &committedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || attempt != 1 || lease != "l1" || svc != "ocr" || by != "w1" || time.Since(committedAt) > time.Minute {
+		t.Errorf("worker_effects = %d row(s), attempt %d, lease %s, service %s, worker %s, committed %v; want attempt 1's only",
+			rows, attempt, lease, svc, by, committedAt)
+	}
+	if n, err := store.PruneEffects(ctx, time.Now().Add(-time.Hour), 100); err != nil || n != 0 {
+		t.Fatalf("prune of recent effects deleted %d (%v), want 0", n, err)
+	}
+	if n, err := store.PruneEffects(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 1 {
+		t.Fatalf("prune deleted %d effects (%v), want 1", n, err)
+	}
+}

@@ -162,7 +162,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.ready.Store(true)
 	r.log.InfoContext(ctx, "worker receiving", "platform_service", r.cfg.Service, "worker_id", r.cfg.WorkerID, "subscriptions", len(subs),
-		"topology", string(r.cfg.Topology), "concurrency", r.cfg.Concurrency, "noop", r.cfg.NoOp)
+		"topology", string(r.cfg.Topology), "concurrency", r.cfg.Concurrency, "noop", r.cfg.NoOp, "faults", r.cfg.Faults)
+	if r.cfg.Faults {
+		r.log.WarnContext(ctx, "fault injection is enabled: directive payloads can make attempts fail or stall (chaos tests only)",
+			"platform_service", r.cfg.Service)
+	}
 
 	<-ctx.Done()
 	r.ready.Store(false)
@@ -285,7 +289,19 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		return
 	}
 
-	result, interrupted := r.execute(ctx, d, log)
+	var (
+		task    *Task
+		taskErr error
+	)
+	if !r.cfg.NoOp {
+		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes})
+	}
+	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
+	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
+	if lost := beats.stop(); lost {
+		r.dropLostAttempt(ctx, rcv, m, keeper, key, log)
+		return
+	}
 	if interrupted {
 		r.count(ctx, "interrupted")
 		log.WarnContext(ctx, "execution interrupted by shutdown; releasing the attempt for redelivery")
@@ -299,6 +315,15 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 	}
 	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_FAILED {
 		span.SetStatus(codes.Error, result.GetReason())
+	}
+
+	// The step's effect is committed once, by the first attempt that gets
+	// here; a later attempt's record is a no-op and its RESULT is sent all
+	// the same (the orchestrator decides which RESULT counts).
+	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		if stop := r.recordEffect(ctx, keeper, key, log); stop {
+			return
+		}
 	}
 
 	// Record before sending: once recorded, a redelivery re-sends this RESULT
@@ -317,6 +342,41 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		return
 	}
 	r.deliverResult(ctx, rcv, m, keeper, d, result, log)
+}
+
+// recordEffect records the step's effect in the store and reports whether
+// the message was left for redelivery because the store failed.
+func (r *Runner) recordEffect(ctx context.Context, keeper *lockKeeper, key Key, log *slog.Logger) (stop bool) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
+	inserted, err := r.store.RecordEffect(cctx, Effect{Key: key, Service: r.cfg.Service, WorkerID: r.cfg.WorkerID})
+	cancel()
+	if err != nil {
+		r.count(ctx, "error")
+		log.ErrorContext(ctx, "record the step's effect; leaving the message for redelivery", telemetry.Err(err))
+		r.leave(keeper)
+		return true
+	}
+	if inserted {
+		log.DebugContext(ctx, "step effect committed")
+	} else {
+		log.InfoContext(ctx, "an earlier attempt already committed the step's effect; reporting this attempt's RESULT anyway")
+	}
+	return false
+}
+
+// dropLostAttempt ends an attempt whose lease a heartbeat reported lost:
+// its work is discarded, nothing is recorded as done, no RESULT is sent, and
+// the message is completed (the attempt is over; another one owns the step,
+// or the job ended).
+func (r *Runner) dropLostAttempt(ctx context.Context, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper, key Key, log *slog.Logger) {
+	r.count(ctx, "stale")
+	log.WarnContext(ctx, "attempt lease lost during execution; discarding its work without RESULT")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	if err := r.store.Forget(cctx, key, r.cfg.WorkerID); err != nil {
+		log.WarnContext(cctx, "forget execution claim", telemetry.Err(err))
+	}
+	cancel()
+	r.complete(ctx, rcv, m, keeper, log)
 }
 
 // ack sends ACK and reports whether the message was settled and the attempt
@@ -384,9 +444,11 @@ func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, kee
 	return false
 }
 
-// execute runs the executor (or the no-op) and builds the RESULT. It reports
-// interrupted when the worker shut down before the executor finished.
-func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, log *slog.Logger) (*luciusv1.ResultRequest, bool) {
+// execute runs the executor on task (or the no-op, where task is nil; taskErr
+// is NewTask's error) and builds the RESULT. It reports interrupted when ctx
+// ended before the executor finished: the worker shut down, or a heartbeat
+// found the lease lost (ctx's cause is then ErrLeaseLost).
+func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task, taskErr error, log *slog.Logger) (*luciusv1.ResultRequest, bool) {
 	started := time.Now()
 	var (
 		out Outcome
@@ -398,12 +460,20 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, log *slog.L
 			return nil, true
 		}
 	}
-	if r.cfg.NoOp {
+	if r.cfg.Faults {
+		err = r.injectFault(ctx, d, log)
+		if ctx.Err() != nil {
+			return nil, true
+		}
+	}
+	switch {
+	case err != nil:
+		// An injected failure: the executor does not run.
+	case r.cfg.NoOp:
 		out = Outcome{Output: map[string]any{"noop": true}, Artifacts: []*luciusv1.ArtifactRef{}}
-	} else {
-		task, terr := NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes})
-		if terr != nil {
-			err = PermanentCode(CodeInvalidInput, terr)
+	default:
+		if taskErr != nil {
+			err = PermanentCode(CodeInvalidInput, taskErr)
 		} else {
 			tctx, cancel := context.WithTimeout(ctx, r.cfg.TaskTimeout)
 			out, err = r.safeExecute(tctx, task, log)
@@ -418,6 +488,11 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, log *slog.L
 			if out.Artifacts == nil {
 				out.Artifacts = task.Artifacts()
 			}
+		}
+		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			// The executor finished regardless; another attempt owns the
+			// step, so output_ref is not this attempt's to write.
+			return nil, true
 		}
 		if err == nil && d.GetFinalStep() {
 			if len(out.Artifacts) == 0 {
@@ -462,6 +537,23 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, log *slog.L
 		log.InfoContext(ctx, "attempt succeeded", "artifacts", len(res.GetArtifacts()), "duration_ms", elapsed.Milliseconds())
 	}
 	return res, false
+}
+
+// injectFault applies the fault the directive's payload asks for
+// (Config.Faults): it returns the injected failure, or sleeps and returns
+// nil. A fault it cannot apply is ignored with a warning.
+func (r *Runner) injectFault(ctx context.Context, d *luciusv1.Directive, log *slog.Logger) error {
+	f, ok, err := parseFault(d.GetPayload(), d.GetStepType())
+	if err != nil {
+		log.WarnContext(ctx, "ignoring the payload's fault", telemetry.Err(err))
+		return nil
+	}
+	attemptNo := int(d.GetAttemptNo())
+	if !ok || !f.applies(attemptNo) {
+		return nil
+	}
+	log.WarnContext(ctx, "injecting a fault", "fault_kind", f.kind, "fault_attempts", f.attempts, "fault_sleep", f.sleep)
+	return f.inject(ctx, attemptNo)
 }
 
 // safeExecute turns an executor panic into a NON_RETRYABLE failure: a panic

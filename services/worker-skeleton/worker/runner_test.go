@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -26,6 +27,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
@@ -558,5 +561,345 @@ func TestNewRunnerRejectsIncompleteSetup(t *testing.T) {
 	bad.Service = ""
 	if _, err := worker.NewRunner(e.bus, e.store, worker.ExecuteFunc(nil), bad); err == nil {
 		t.Error("NewRunner accepted an invalid config")
+	}
+}
+
+// slowExecutor works for about d in steps of 250ms, reporting its progress
+// with SetProgress after each step, then writes its artifact. It honours ctx.
+func slowExecutor(runs *counter, d time.Duration) worker.ExecuteFunc {
+	return func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+		runs.inc()
+		const step = 250 * time.Millisecond
+		steps := int(d / step)
+		for i := range steps {
+			select {
+			case <-ctx.Done():
+				return worker.Outcome{}, ctx.Err()
+			case <-time.After(step):
+			}
+			if err := t.SetProgress(map[string]any{"percent": float64(100 * (i + 1) / steps), "stage": "scanning"}); err != nil {
+				return worker.Outcome{}, err
+			}
+		}
+		_, err := t.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("done"))
+		return worker.Outcome{Output: map[string]any{"steps": steps}}, err
+	}
+}
+
+func TestRunnerHeartbeatsWhileExecuting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var runs counter
+	e.start(slowExecutor(&runs, 4*time.Second))
+	d := e.directive("file:///unused")
+	d.LeaseTimeout = durationpb.New(3 * time.Second) // a heartbeat every second
+	e.publish(d, msgID(d, ""), nil)
+	e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	// Heartbeats stop with the execution: none arrives after the RESULT.
+	time.Sleep(1500 * time.Millisecond)
+	e.stop()
+	e.assertSettled()
+
+	_, results := e.orch.calls()
+	if len(results) != 1 || results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		t.Fatalf("RESULTs = %v, want one SUCCEEDED", results)
+	}
+	beats := e.orch.heartbeatCalls()
+	if len(beats) < 2 || len(beats) > 5 {
+		t.Fatalf("heartbeats = %d during a 4s execution with a 3s lease, want 2-5 (one a second)", len(beats))
+	}
+	withProgress := 0
+	for i, b := range beats {
+		req := b.req
+		if req.GetJobId() != d.GetJobId() || req.GetStepId() != d.GetStepId() || req.GetAttemptNo() != 1 ||
+			req.GetLeaseId() != d.GetLeaseId() || req.GetWorkerId() != "worker-test-1" {
+			t.Errorf("heartbeat %d = %v, want the attempt's key and worker id", i+1, req)
+		}
+		if b.resultsBefore != 0 {
+			t.Errorf("heartbeat %d arrived after the RESULT", i+1)
+		}
+		if p := req.GetProgress().GetFields(); p != nil {
+			withProgress++
+			if p["stage"].GetStringValue() != "scanning" || p["percent"].GetNumberValue() <= 0 {
+				t.Errorf("heartbeat %d progress = %v, want the executor's SetProgress data", i+1, req.GetProgress())
+			}
+		}
+	}
+	if withProgress == 0 {
+		t.Error("no heartbeat carried the executor's progress")
+	}
+	// Later heartbeats carry later progress.
+	first, last := beats[0].req.GetProgress().GetFields()["percent"].GetNumberValue(),
+		beats[len(beats)-1].req.GetProgress().GetFields()["percent"].GetNumberValue()
+	if last <= first {
+		t.Errorf("progress went from %v%% to %v%%, want it to advance", first, last)
+	}
+	if runs.get() != 1 || e.finishedExecutions(d.GetJobId()) != 1 || len(e.effects(d.GetJobId())) != 1 {
+		t.Errorf("runs %d, finished executions %d, effects %d; want 1 each", runs.get(), e.finishedExecutions(d.GetJobId()),
+			len(e.effects(d.GetJobId())))
+	}
+}
+
+func TestRunnerSendsNoHeartbeatWithoutLeaseTimeout(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var runs counter
+	e.start(slowExecutor(&runs, 1500*time.Millisecond))
+	d := e.directive("file:///unused") // no lease_timeout: an older orchestrator
+	e.publish(d, msgID(d, ""), nil)
+	e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	if n := len(e.orch.heartbeatCalls()); n != 0 {
+		t.Errorf("heartbeats = %d, want none when the directive sets no lease_timeout", n)
+	}
+	if _, results := e.orch.calls(); results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		t.Errorf("RESULT = %v", results[0])
+	}
+}
+
+func TestRunnerKeepsWorkingThroughFailedHeartbeats(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.orch.script(func(f *fakeOrchestrator) {
+		f.heartbeatErrs = []error{unavailable(), status.Error(codes.DeadlineExceeded, "slow"), unavailable()}
+	})
+	var runs counter
+	e.start(slowExecutor(&runs, 3*time.Second))
+	d := e.directive("file:///unused")
+	d.LeaseTimeout = durationpb.New(3 * time.Second)
+	e.publish(d, msgID(d, ""), nil)
+	e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	e.stop()
+	e.assertSettled()
+
+	_, results := e.orch.calls()
+	if results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		t.Errorf("RESULT = %v, want SUCCEEDED: transport errors alone must not stop the work", results[0])
+	}
+	if n := len(e.orch.heartbeatCalls()); n < 4 {
+		t.Errorf("heartbeat calls = %d, want the 3 failures retried and answered", n)
+	}
+}
+
+func TestRunnerStopsWhenHeartbeatSaysLeaseLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		outcome luciusv1.CallbackOutcome
+		err     error
+		// ignoresCancel: the executor ignores ctx and finishes successfully
+		// after the lease is lost; its work must be discarded all the same.
+		ignoresCancel bool
+	}{
+		{"stale attempt", luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, nil, false},
+		{"lease mismatch", luciusv1.CallbackOutcome_CALLBACK_OUTCOME_LEASE_MISMATCH, nil, false},
+		{"after terminal", luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL, nil, false},
+		{"step not found", 0, status.Error(codes.NotFound, "no such step"), false},
+		{"executor ignoring cancellation", luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.orch.script(func(f *fakeOrchestrator) { f.heartbeatOutcome, f.heartbeatErr = tc.outcome, tc.err })
+			cause := make(chan error, 1)
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+				if _, err := task.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("partial")); err != nil {
+					return worker.Outcome{}, err
+				}
+				select {
+				case <-ctx.Done():
+					cause <- context.Cause(ctx)
+				case <-time.After(eventually):
+					cause <- errors.New("executor context never ended")
+				}
+				if tc.ignoresCancel {
+					return worker.Outcome{Output: map[string]any{"finished": "anyway"}}, nil
+				}
+				return worker.Outcome{}, ctx.Err()
+			}))
+			d := e.directive("file:///unused")
+			d.LeaseTimeout = durationpb.New(3 * time.Second)
+			d.FinalStep = true
+			e.publish(d, msgID(d, ""), nil)
+
+			select {
+			case err := <-cause:
+				if !errors.Is(err, worker.ErrLeaseLost) {
+					t.Fatalf("executor context ended with %v, want worker.ErrLeaseLost", err)
+				}
+			case <-time.After(eventually):
+				t.Fatal("executor never saw its context end")
+			}
+			e.assertSettled() // completed, not merely locked or abandoned
+			e.stop()
+
+			if _, results := e.orch.calls(); len(results) != 0 {
+				t.Errorf("RESULTs = %v, want none for an attempt whose lease was lost", results)
+			}
+			if n := len(e.orch.heartbeatCalls()); n != 1 {
+				t.Errorf("heartbeats = %d, want 1 (none after the lease was lost)", n)
+			}
+			if n := e.executions(d.GetJobId()); n != 0 {
+				t.Errorf("worker_executions rows = %d, want 0 (nothing recorded as done)", n)
+			}
+			if effects := e.effects(d.GetJobId()); len(effects) != 0 {
+				t.Errorf("worker_effects = %v, want none", effects)
+			}
+			if _, err := os.Stat(strings.TrimPrefix(d.GetOutputRef(), "file://")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("output_ref written by an attempt whose lease was lost: %v", err)
+			}
+		})
+	}
+}
+
+func TestRunnerCommitsOneEffectPerStep(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var runs counter
+	e.start(upperExecutor(&runs))
+	first := e.directive(e.writeInput("in.txt", []byte("twice\n")))
+	e.publish(first, msgID(first, ""), nil)
+	e.waitFor("first RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	// The orchestrator retried the step (its ACK timed out, or its lease
+	// expired): attempt 2 runs and succeeds as well.
+	second := proto.Clone(first).(*luciusv1.Directive)
+	second.AttemptNo, second.LeaseId = 2, uuid.NewString()
+	e.publish(second, msgID(second, ""), nil)
+	e.waitFor("second RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 2 })
+	e.stop()
+	e.assertSettled()
+
+	_, results := e.orch.calls()
+	for i, res := range results {
+		if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || res.GetAttemptNo() != int32(i+1) {
+			t.Errorf("RESULT %d = attempt %d %v, want attempt %d SUCCEEDED", i+1, res.GetAttemptNo(), res.GetStatus(), i+1)
+		}
+	}
+	if runs.get() != 2 || e.finishedExecutions(first.GetJobId()) != 2 {
+		t.Errorf("runs %d, finished executions %d; want 2 each (both attempts ran)", runs.get(), e.finishedExecutions(first.GetJobId()))
+	}
+	effects := e.effects(first.GetJobId())
+	want := effectRow{stepID: "ocr", attemptNo: 1, leaseID: first.GetLeaseId(), workerID: "worker-test-1"}
+	if len(effects) != 1 || effects[0] != want {
+		t.Errorf("worker_effects = %+v, want exactly %+v (the first attempt's)", effects, want)
+	}
+}
+
+func TestRunnerInjectsFaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		disabled   bool // Config.Faults off
+		attemptNo  int32
+		fault      map[string]any
+		wantStatus luciusv1.ResultStatus
+		wantClass  luciusv1.FailureClass
+		wantReason string
+		wantRuns   int
+		minTook    time.Duration
+	}{
+		{
+			name: "retryable on an early attempt", attemptNo: 2,
+			fault:      map[string]any{"step_type": "OCR", "kind": "retryable", "attempts": 2},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_FAILED, wantClass: luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE,
+			wantReason: "INJECTED_FAULT: injected retryable failure on attempt 2",
+		},
+		{
+			name: "retryable runs normally after its attempts", attemptNo: 3,
+			fault:      map[string]any{"step_type": "OCR", "kind": "retryable", "attempts": 2},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, wantRuns: 1,
+		},
+		{
+			name: "permanent", attemptNo: 1,
+			fault:      map[string]any{"step_type": "OCR", "kind": "permanent"},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_FAILED, wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE,
+			wantReason: "INJECTED_FAULT: injected permanent failure",
+		},
+		{
+			name: "sleep, then execute", attemptNo: 1,
+			fault:      map[string]any{"step_type": "OCR", "kind": "sleep", "ms": 1200},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, wantRuns: 1, minTook: 1200 * time.Millisecond,
+		},
+		{
+			name: "another step type is untouched", attemptNo: 1,
+			fault:      map[string]any{"step_type": "EMBEDDING", "kind": "permanent"},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, wantRuns: 1,
+		},
+		{
+			name: "unknown kind is ignored", attemptNo: 1,
+			fault:      map[string]any{"step_type": "OCR", "kind": "explode"},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, wantRuns: 1,
+		},
+		{
+			name: "off unless enabled", disabled: true, attemptNo: 1,
+			fault:      map[string]any{"step_type": "OCR", "kind": "permanent"},
+			wantStatus: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, wantRuns: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.cfg.Faults = !tc.disabled
+			var runs counter
+			e.start(upperExecutor(&runs))
+			d := e.directive(e.writeInput("in.txt", []byte("x")))
+			d.AttemptNo = tc.attemptNo
+			payload, err := structpb.NewStruct(map[string]any{"fault": tc.fault, "language": "en"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Payload = payload
+			e.publish(d, msgID(d, ""), nil)
+			e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+			e.stop()
+			e.assertSettled()
+
+			_, results := e.orch.calls()
+			res := results[0]
+			if res.GetStatus() != tc.wantStatus || res.GetFailureClass() != tc.wantClass || !strings.HasPrefix(res.GetReason(), tc.wantReason) {
+				t.Errorf("RESULT %v %v %q, want %v %v with reason prefix %q", res.GetStatus(), res.GetFailureClass(), res.GetReason(),
+					tc.wantStatus, tc.wantClass, tc.wantReason)
+			}
+			if runs.get() != tc.wantRuns {
+				t.Errorf("executor ran %d times, want %d", runs.get(), tc.wantRuns)
+			}
+			if took := res.GetFinishTime().AsTime().Sub(res.GetStartTime().AsTime()); took < tc.minTook {
+				t.Errorf("attempt took %v, want at least %v", took, tc.minTook)
+			}
+			wantEffects := 0
+			if tc.wantStatus == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+				wantEffects = 1
+			}
+			if n := len(e.effects(d.GetJobId())); n != wantEffects {
+				t.Errorf("worker_effects rows = %d, want %d (failed attempts commit no effect)", n, wantEffects)
+			}
+		})
+	}
+}
+
+func TestRunnerInjectedSleepHonoursShutdown(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.cfg.Faults = true
+	e.cfg.ShutdownGrace = 100 * time.Millisecond
+	var runs counter
+	e.start(upperExecutor(&runs))
+	d := e.directive(e.writeInput("in.txt", []byte("x")))
+	payload, err := structpb.NewStruct(map[string]any{"fault": map[string]any{"step_type": "OCR", "kind": "sleep", "ms": 60000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Payload = payload
+	e.publish(d, msgID(d, ""), nil)
+	e.waitFor("ACK", func() bool { acks, _ := e.orch.calls(); return len(acks) == 1 })
+	began := time.Now()
+	e.stop()
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("shutdown took %v: the injected sleep ignored cancellation", took)
+	}
+	if _, results := e.orch.calls(); len(results) != 0 || runs.get() != 0 {
+		t.Errorf("RESULTs %d, runs %d; want none for an attempt interrupted in its injected sleep", len(results), runs.get())
+	}
+	if m := e.receiveOne(e.source()); m.DeliveryCount != 2 {
+		t.Errorf("delivery count = %d, want 2 (abandoned for redelivery)", m.DeliveryCount)
 	}
 }

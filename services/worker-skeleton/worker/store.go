@@ -11,8 +11,9 @@ import (
 // Store records which attempts this service executed and the RESULT each one
 // produced, keyed by Key. It is what makes a duplicate directive harmless:
 // a finished attempt is never executed again, and its RESULT can be re-sent
-// byte for byte. PGStore is the PostgreSQL implementation; package storetest
-// is the conformance suite every implementation passes.
+// byte for byte. It also records each step's committed effect, keyed by the
+// step alone (see RecordEffect). PGStore is the PostgreSQL implementation;
+// package storetest is the conformance suite every implementation passes.
 //
 // An attempt has one record from its first claim on. A claim is held until a
 // time (the runner passes the bus message's lock expiry and extends both
@@ -37,8 +38,26 @@ type Store interface {
 	Release(ctx context.Context, key Key, workerID string) error
 	// Forget deletes workerID's unfinished record: the attempt turned out not
 	// to be this worker's to run (the ACK was answered STALE_ATTEMPT,
-	// LEASE_MISMATCH or AFTER_TERMINAL), so nothing was executed.
+	// LEASE_MISMATCH or AFTER_TERMINAL, or a heartbeat said the lease was
+	// lost mid-execution), so nothing is recorded as done.
 	Forget(ctx context.Context, key Key, workerID string) error
+	// RecordEffect records that e's step committed its effect (its work
+	// succeeded and its artifacts and output_ref are written), unless the
+	// step already has an effect: the record is keyed by (job_id, step_id)
+	// only, and the first record wins. It reports whether this call inserted
+	// the record (false: an earlier attempt of the step committed first).
+	RecordEffect(ctx context.Context, e Effect) (inserted bool, err error)
+}
+
+// Effect is the committed effect of a step: which attempt's work counts.
+// A step has at most one, whatever number of its attempts succeed.
+type Effect struct {
+	// Key is the attempt that committed the effect; only its JobID and
+	// StepID identify the record.
+	Key
+	// Service and WorkerID are recorded for the audit trail.
+	Service  string
+	WorkerID string
 }
 
 // ErrClaimLost means the caller no longer holds the attempt's claim: it

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
@@ -30,6 +32,7 @@ type Task struct {
 
 	mu        sync.Mutex
 	artifacts []*luciusv1.ArtifactRef
+	progress  *structpb.Struct // never mutated once set; replaced whole
 }
 
 // TaskConfig configures NewTask. Zero values take the defaults noted.
@@ -156,6 +159,48 @@ func (t *Task) Artifacts() []*luciusv1.ArtifactRef {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]*luciusv1.ArtifactRef(nil), t.artifacts...)
+}
+
+// SetProgress records how far the attempt has got, e.g.
+// {"percent": 40, "pages_done": 12}: the runner's next heartbeat carries it to
+// the orchestrator, which records it on the attempt. Each call replaces the
+// previous progress whole; nil clears it. Values must be JSON-like (nil,
+// bool, numbers, string, []any, map[string]any); anything else is an error
+// and keeps the previous progress. Keep it small: it travels with every
+// heartbeat. Safe to call from several goroutines.
+func (t *Task) SetProgress(progress map[string]any) error {
+	var s *structpb.Struct
+	if progress != nil {
+		var err error
+		if s, err = structpb.NewStruct(progress); err != nil {
+			return fmt.Errorf("set progress: %w", err)
+		}
+	}
+	t.mu.Lock()
+	t.progress = s
+	t.mu.Unlock()
+	return nil
+}
+
+// Progress returns a copy of the last progress set with SetProgress, nil
+// when none is set.
+func (t *Task) Progress() map[string]any {
+	s := t.progressStruct()
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
+}
+
+// progressStruct is the progress as a heartbeat carries it. The Struct is
+// shared: callers must not modify it.
+func (t *Task) progressStruct() *structpb.Struct {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.progress
 }
 
 // Payload returns the directive's payload as plain Go values (strings,

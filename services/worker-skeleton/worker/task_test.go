@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -259,5 +260,33 @@ func TestTaskPayloadString(t *testing.T) {
 		if (err != nil) != tc.wantErr || got != tc.want || (err != nil && !worker.IsPermanent(err)) {
 			t.Errorf("PayloadString(%s) = %q, %v", tc.field, got, err)
 		}
+	}
+}
+
+func TestTaskSetProgress(t *testing.T) {
+	t.Parallel()
+	task, _ := newTask(t, nil)
+	if p := task.Progress(); p != nil {
+		t.Fatalf("progress before SetProgress = %v, want nil", p)
+	}
+	if err := task.SetProgress(map[string]any{"percent": 40, "stage": "ocr", "pages": []any{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	got := task.Progress()
+	if got["percent"] != 40.0 || got["stage"] != "ocr" || len(got["pages"].([]any)) != 2 {
+		t.Errorf("progress = %v", got)
+	}
+	got["percent"] = 99.0 // a copy: the task's progress is unchanged
+	if p := task.Progress(); p["percent"] != 40.0 {
+		t.Errorf("changing the returned map changed the progress to %v", p)
+	}
+	if err := task.SetProgress(map[string]any{"started": time.Now()}); err == nil || !strings.Contains(err.Error(), "set progress") {
+		t.Errorf("SetProgress of a non-JSON value = %v, want an error", err)
+	}
+	if p := task.Progress(); p["percent"] != 40.0 {
+		t.Errorf("a rejected SetProgress replaced the progress with %v", p)
+	}
+	if err := task.SetProgress(nil); err != nil || task.Progress() != nil {
+		t.Errorf("SetProgress(nil) = %v, progress %v; want it cleared", err, task.Progress())
 	}
 }

@@ -87,6 +87,7 @@ func readSettings(e *env.Reader) (settings, error) {
 			TaskTimeout:    e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
 			ShutdownGrace:  e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
 			ExecutionDelay: e.Duration("LUCIUS_WORKER_DELAY", 0),
+			Faults:         e.Bool("LUCIUS_WORKER_FAULTS", false),
 		},
 	}
 	topo, err := topology.ConfigFromEnv(e) // the same settings every Lucius process declares
@@ -249,16 +250,24 @@ func runAll(ctx context.Context, cancel context.CancelCauseFunc, services []stri
 	return errors.Join(errs...)
 }
 
-// pruneLoop deletes idempotency records older than retention, hourly. Keep
-// retention above the bus's message TTL (14 days by default), or a very late
-// redelivery would run its attempt again.
+// pruneLoop deletes idempotency records and step effects older than
+// retention, hourly. Keep retention above the bus's message TTL (14 days by
+// default), or a very late redelivery would run its attempt again.
 func pruneLoop(ctx context.Context, store *worker.PGStore, retention time.Duration, log *slog.Logger) {
 	loop.Every(ctx, time.Hour, false, func(ctx context.Context) {
-		_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
-			return store.Prune(ctx, time.Now().Add(-retention), limit)
-		})
-		if err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "prune worker executions", telemetry.Err(err))
+		for _, p := range []struct {
+			what  string
+			prune func(ctx context.Context, before time.Time, batch int) (int64, error)
+		}{
+			{"worker executions", store.Prune},
+			{"worker effects", store.PruneEffects},
+		} {
+			_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
+				return p.prune(ctx, time.Now().Add(-retention), limit)
+			})
+			if err != nil && ctx.Err() == nil {
+				log.WarnContext(ctx, "prune "+p.what, telemetry.Err(err))
+			}
 		}
 	})
 }

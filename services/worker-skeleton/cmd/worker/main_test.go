@@ -58,7 +58,8 @@ func TestReadSettings(t *testing.T) {
 		{"minimal", base, "", ""},
 		{"every setting", with("LUCIUS_TOPOLOGY", "one-topic-set", "LUCIUS_WORKER_CONCURRENCY", "16", "LUCIUS_WORKER_NOOP", "true",
 			"LUCIUS_INSTANCE", "worker-ocr-1", "LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:0", "LUCIUS_LOG_LEVEL", "debug",
-			"LUCIUS_WORKER_DELAY", "1200ms"), "", ""},
+			"LUCIUS_WORKER_DELAY", "1200ms", "LUCIUS_WORKER_FAULTS", "true"), "", ""},
+		{"bad faults", with("LUCIUS_WORKER_FAULTS", "sometimes"), "want true or false", ""},
 		{"negative delay", with("LUCIUS_WORKER_DELAY", "-1s"), "execution delay -1s is negative", ""},
 		{"noop runs any service", with("LUCIUS_WORKER_SERVICE", "geo", "LUCIUS_WORKER_NOOP", "1"), "", ""},
 		{"unknown service", with("LUCIUS_WORKER_SERVICE", "geo"), `names "geo": want one of embedding, ocr, raster, sis, tiles`, ""},
@@ -105,9 +106,12 @@ func TestReadSettings(t *testing.T) {
 		})
 	}
 	s, _ := readSettings(env.FromMap(base))
-	if s.httpAddr != "127.0.0.1:8090" || s.runner.Concurrency != 4 || s.runner.NoOp || s.runner.Topology != routing.TopologyTwoTopicSets ||
+	if s.httpAddr != "127.0.0.1:8090" || s.runner.Concurrency != 4 || s.runner.NoOp || s.runner.Faults || s.runner.Topology != routing.TopologyTwoTopicSets ||
 		len(s.services) != 1 || s.services[0] != "ocr" || s.telemetry.Service != "worker-ocr" {
 		t.Errorf("defaults = %+v", s)
+	}
+	if s, _ = readSettings(env.FromMap(with("LUCIUS_WORKER_FAULTS", "true"))); !s.runner.Faults {
+		t.Error("LUCIUS_WORKER_FAULTS=true did not enable fault injection")
 	}
 	s, _ = readSettings(env.FromMap(with("LUCIUS_WORKER_SERVICE", "raster,tiles")))
 	if s.telemetry.Service != "worker-raster-tiles" {
@@ -350,6 +354,11 @@ func TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM(t *testing.T) {
 	var rows int
 	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM worker_executions WHERE job_id = $1 AND finished_at IS NOT NULL`, jobID).Scan(&rows); err != nil || rows != 1 {
 		t.Errorf("finished worker_executions rows = %d (%v), want 1", rows, err)
+	}
+	var effectAttempt int
+	if err := w.pool.QueryRow(ctx, `SELECT attempt_no FROM worker_effects WHERE job_id = $1 AND step_id = 'ocr' AND worker_id = 'worker-ocr-e2e'`,
+		jobID).Scan(&effectAttempt); err != nil || effectAttempt != 1 {
+		t.Errorf("worker_effects row: attempt %d (%v), want the migrated table to hold attempt 1's effect", effectAttempt, err)
 	}
 	if m := w.metrics(t); !strings.Contains(m, `lucius_worker_directives_total{outcome="succeeded",service="ocr"} 1`) {
 		t.Errorf("/metrics lacks the handled directive:\n%s", m)

@@ -12,6 +12,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +42,8 @@ func Run(t *testing.T, newStore func(t *testing.T) worker.Store) {
 		{"forget removes an unexecuted claim", forgetRemovesClaim},
 		{"only the holder may finish", onlyHolderFinishes},
 		{"every key component distinguishes attempts", keyComponentsDistinguish},
+		{"a step's effect is recorded once", effectRecordedOncePerStep},
+		{"concurrent attempts commit one effect", concurrentEffectsCommitOnce},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -213,5 +217,76 @@ func keyComponentsDistinguish(t *testing.T, s worker.Store) {
 	variants[2].LeaseID = "0b8a2b8e-1b54-4a43-b9c5-52b9c1b8c0de"
 	for _, v := range variants {
 		wantState(t, claim(t, s, v, "w2", later()), worker.ClaimAcquired, false)
+	}
+}
+
+func effect(k worker.Key, workerID string) worker.Effect {
+	return worker.Effect{Key: k, Service: "embedding", WorkerID: workerID}
+}
+
+func recordEffect(t *testing.T, s worker.Store, e worker.Effect) bool {
+	t.Helper()
+	inserted, err := s.RecordEffect(context.Background(), e)
+	if err != nil {
+		t.Fatalf("record effect of %s by %s: %v", e.Key, e.WorkerID, err)
+	}
+	return inserted
+}
+
+func effectRecordedOncePerStep(t *testing.T, s worker.Store) {
+	first := newKey(t)
+	if !recordEffect(t, s, effect(first, "w1")) {
+		t.Fatal("the first effect of a step was not inserted")
+	}
+	if recordEffect(t, s, effect(first, "w1")) {
+		t.Error("the same attempt recorded the step's effect twice")
+	}
+	later := first
+	later.AttemptNo, later.LeaseID = first.AttemptNo+1, "0b8a2b8e-1b54-4a43-b9c5-52b9c1b8c0de"
+	if recordEffect(t, s, effect(later, "w2")) {
+		t.Error("a later attempt of the step recorded a second effect")
+	}
+	// The step, not the attempt, is the key: other steps and jobs are apart.
+	otherStep := first
+	otherStep.StepID = "sis"
+	otherJob := newKey(t)
+	otherJob.StepID, otherJob.AttemptNo, otherJob.LeaseID = first.StepID, first.AttemptNo, first.LeaseID
+	for _, k := range []worker.Key{otherStep, otherJob} {
+		if !recordEffect(t, s, effect(k, "w1")) {
+			t.Errorf("effect of %s was not inserted: another step's effect blocked it", k)
+		}
+	}
+}
+
+func concurrentEffectsCommitOnce(t *testing.T, s worker.Store) {
+	base := newKey(t)
+	const attempts = 8
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		inserted int
+		errs     []error
+	)
+	for i := range attempts {
+		wg.Go(func() {
+			k := base
+			k.AttemptNo, k.LeaseID = i+1, fmt.Sprintf("6f1c1e8e-6a0b-4bbf-9b39-%012d", i)
+			ok, err := s.RecordEffect(context.Background(), effect(k, fmt.Sprintf("w%d", i)))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				inserted++
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if inserted != 1 {
+		t.Errorf("%d of %d concurrent attempts inserted the step's effect, want exactly 1", inserted, attempts)
 	}
 }
