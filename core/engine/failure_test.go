@@ -728,3 +728,35 @@ func countEvents(events []ledger.Event, typ string) int {
 	}
 	return n
 }
+
+// A message stuck in the outbox is reported once; one that failed to publish
+// and waits out its backoff is made available at once.
+func TestStaleOutboxIsReportedOnceAndRetriedAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	msgs, err := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("claim: %v %d", err, len(msgs))
+	}
+	if err := f.store.ReleaseOutbox(f.ctx, msgs[0].ID, "entity not found", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute}); len(again) != 0 {
+		t.Fatal("a message backing off was claimable")
+	}
+	if rows, _ := f.store.StaleOutbox(f.ctx, time.Hour, 100); len(rows) != 0 {
+		t.Fatalf("a fresh message counted as stale: %+v", rows)
+	}
+	rows, err := f.store.StaleOutbox(f.ctx, 0, 100)
+	if err != nil || len(rows) != 1 || rows[0].JobID != q.JobId || rows[0].LastError != "entity not found" ||
+		rows[0].Destination != "orchestrator-jobs" || rows[0].Attempts != 1 {
+		t.Fatalf("stale rows %v %+v", err, rows)
+	}
+	if again, _ := f.store.StaleOutbox(f.ctx, 0, 100); len(again) != 0 {
+		t.Fatalf("reported twice: %+v", again)
+	}
+	if claimed, _ := f.store.ClaimOutbox(f.ctx, ledger.OutboxClaim{Limit: 10, Lease: time.Minute}); len(claimed) != 1 {
+		t.Fatal("the stale message was not made available again")
+	}
+}

@@ -82,6 +82,36 @@ nodes:
 
 const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n"
 
+// flakyWorkflow is a manual step with short timeouts and two attempts, so
+// the sweepers' retries and dead letters show within seconds.
+const flakyWorkflow = `workflow_id: E2E_FLAKY
+version: 1
+description: One manual step with 1s ACK and 2s execution timeouts.
+nodes:
+  START: {type: start, next: manual}
+  manual:
+    type: task
+    handler: MANUAL
+    ack_timeout_seconds: 1
+    timeout_seconds: 2
+    retry: {max_attempts: 2, backoff: fixed, initial_delay_seconds: 1}
+    next: END
+  END: {type: end}
+`
+
+// slowOCRWorkflow runs the OCR worker with a 2s execution lease and passes
+// a fault (a sleep) through to it: only heartbeats keep the attempt alive.
+const slowOCRWorkflow = `workflow_id: E2E_SLOW_OCR
+version: 1
+description: OCR with a 2s lease and an injected fault.
+inputs:
+  fault: {type: object}
+nodes:
+  START: {type: start, next: ocr}
+  ocr: {type: task, handler: OCR, timeout_seconds: 2, params: {fault: "{{ inputs.fault }}"}, next: END}
+  END: {type: end}
+`
+
 // suite is a running stack plus clients.
 type suite struct {
 	*stack.Stack
@@ -112,7 +142,8 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	if err := os.MkdirAll(workflows, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, body := range map[string]string{"E2E_MANUAL.yaml": manualWorkflow, "handlers.yaml": manualHandlers} {
+	for name, body := range map[string]string{"E2E_MANUAL.yaml": manualWorkflow, "E2E_FLAKY.yaml": flakyWorkflow,
+		"E2E_SLOW_OCR.yaml": slowOCRWorkflow, "handlers.yaml": manualHandlers} {
 		if err := os.WriteFile(filepath.Join(workflows, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -227,6 +258,12 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) contains(sub string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Contains(b.buf.Bytes(), []byte(sub))
 }
 
 func (b *lockedBuffer) tail(n int) string {

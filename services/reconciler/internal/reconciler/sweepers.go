@@ -120,30 +120,34 @@ func (m *sweepMetrics) failed(ctx context.Context, sweeper string, err error, at
 
 // run sweeps every interval until ctx ends.
 func (s sweeper[T]) run(ctx context.Context, m *sweepMetrics) {
-	loop.Every(ctx, s.cfg.Interval, false, func(ctx context.Context) {
-		_, _ = loop.Drain(ctx, s.cfg.BatchSize, s.cfg.QueryTimeout, func(sctx context.Context, limit int) (int64, error) {
-			found, err := s.scan(sctx, limit)
-			if err != nil {
-				m.failed(ctx, s.name, err)
-				return 0, err
+	loop.Every(ctx, s.cfg.Interval, false, func(ctx context.Context) { s.round(ctx, m) })
+}
+
+// round scans and repairs until a scan comes back short or a repair fails: a
+// candidate that keeps failing would be found again at once, so it waits for
+// the next interval instead.
+func (s sweeper[T]) round(ctx context.Context, m *sweepMetrics) {
+	_, _ = loop.Drain(ctx, s.cfg.BatchSize, s.cfg.QueryTimeout, func(sctx context.Context, limit int) (int64, error) {
+		found, err := s.scan(sctx, limit)
+		if err != nil {
+			m.failed(ctx, s.name, err)
+			return 0, err
+		}
+		var failures error
+		for _, c := range found {
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+			out, err := s.repair(rctx, c)
+			cancel()
+			switch {
+			case err != nil:
+				m.failed(ctx, s.name, err, s.describe(c)...)
+				failures = errors.Join(failures, err)
+			case out.Applied:
+				m.action(ctx, s.name, out.Outcome)
+				m.log.InfoContext(ctx, "sweeper "+s.name, append(s.describe(c), slog.String(telemetry.KeyOutcome, out.Outcome))...)
 			}
-			var failures error
-			for _, c := range found {
-				rctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-				out, err := s.repair(rctx, c)
-				cancel()
-				switch {
-				case err != nil:
-					m.failed(ctx, s.name, err, s.describe(c)...)
-					failures = errors.Join(failures, err)
-				case out.Applied:
-					m.action(ctx, s.name, out.Outcome)
-					m.log.InfoContext(ctx, "sweeper "+s.name, append(s.describe(c), slog.String(telemetry.KeyOutcome, out.Outcome))...)
-				}
-			}
-			// A failing candidate would be found again at once: wait for the next interval.
-			return int64(len(found)), failures
-		})
+		}
+		return int64(len(found)), failures
 	})
 }
 

@@ -1,0 +1,141 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/registry"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newJob accepts a one-step OCR request and creates its job owned by owner.
+func newJob(t *testing.T, ctx context.Context, store *ledger.Store, eng *engine.Engine, owner string) string {
+	t.Helper()
+	id := strings.ReplaceAll(uuid.NewString()+uuid.NewString(), "-", "")
+	cmd := &luciusv1.Command{TenantId: "acme", RequestType: "OCR", SchemaVersion: "1", InputRef: "file:///in",
+		OutputRef: "file:///out", Payload: &structpb.Struct{}}
+	raw, _ := protojson.Marshal(cmd)
+	req := ledger.Request{JobID: id, TenantID: "acme", RequestHash: "h", RequestType: "OCR", WorkflowVersion: 1,
+		InputRef: cmd.InputRef, OutputRef: cmd.OutputRef, Command: raw, Routing: ledger.Routing{Mode: "DEFAULT", Topic: "global-default-p0"}}
+	msg, err := engine.QueuedJobMessage(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Accept(ctx, req, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateJob(ctx, &luciusv1.QueuedJob{JobId: id, Command: cmd}, owner); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// An instance keeps what it owns at the epochs it took; once another
+// instance reclaims a job, this one's heartbeat for it is fenced: rejected,
+// logged, recorded, and the job forgotten. Reclaiming orphans adopts them.
+func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledger.New(pgtest.NewPool(t), nil)
+	t.Cleanup(store.Close)
+	reg, err := registry.Open(ctx, store, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(store, engine.Config{Definitions: reg, WorkspaceRoot: "file:///ws",
+		Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	a, err := newOwnership(store, eng, "orch-a", OwnershipConfig{OrphanThreshold: time.Minute, ReclaimBatch: 10}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := newJob(t, ctx, store, eng, "orch-a")
+	if err := a.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held := a.held(); len(held) != 1 || held[0] != (ledger.OwnedJob{JobID: mine, Epoch: 1}) {
+		t.Fatalf("loaded %+v", held)
+	}
+	a.heartbeat(ctx)
+	if len(a.held()) != 1 {
+		t.Fatal("a live job was dropped")
+	}
+
+	// Silence orch-a's job long enough for orch-b to reclaim it.
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET owner_heartbeat_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := newOwnership(store, eng, "orch-b", OwnershipConfig{OrphanThreshold: time.Minute, ReclaimBatch: 10}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.reclaim(ctx)
+	if held := b.held(); len(held) != 1 || held[0] != (ledger.OwnedJob{JobID: mine, Epoch: 2}) {
+		t.Fatalf("orch-b reclaimed %+v", held)
+	}
+
+	a.heartbeat(ctx) // the zombie's write
+	if held := a.held(); len(held) != 0 {
+		t.Fatalf("the fenced job is still held: %+v", held)
+	}
+	if !strings.Contains(logs.String(), "write fenced") {
+		t.Fatalf("no fenced-write log line in:\n%s", logs)
+	}
+	events, err := store.ListEvents(ctx, mine, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := 0
+	for _, e := range events {
+		if e.Type == ledger.EventFenced && e.Data["owner"] == "orch-a" && e.Data["current_owner"] == "orch-b" {
+			fenced++
+		}
+	}
+	if fenced != 1 {
+		t.Fatalf("%d WRITE_FENCED events, want 1", fenced)
+	}
+	job, err := store.GetJob(ctx, mine)
+	if err != nil || job.OwnerID != "orch-b" || job.OwnerEpoch != 2 {
+		t.Fatalf("job now %s@%d (%v)", job.OwnerID, job.OwnerEpoch, err)
+	}
+	// A later heartbeat of the zombie names nothing: no new rejection.
+	a.heartbeat(ctx)
+	if n := strings.Count(logs.String(), "write fenced"); n != 1 {
+		t.Fatalf("%d fenced-write log lines, want 1", n)
+	}
+}
