@@ -88,6 +88,7 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/worker ./services/worker-skeleton/cmd/worker
 	$(GO) build -o $(BIN)/lucius-up ./tools/cmd/lucius-up
 	$(GO) build -o $(BIN)/lucius-bench ./tools/cmd/lucius-bench
+	$(GO) build -o $(BIN)/lucius-chaos ./tools/cmd/lucius-chaos
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
 .PHONY: test
@@ -101,6 +102,10 @@ up: build ## run the whole suite in the foreground; Ctrl-C stops it
 .PHONY: bench
 bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and submit→SUCCEEDED latency
 	$(BIN)/lucius-bench -bin $(BIN) $(BENCH_FLAGS)
+
+.PHONY: chaos
+chaos: build ## SIGKILL and restart processes (and PostgreSQL once) under 500 three-step jobs, check the ledger, print the report
+	$(BIN)/lucius-chaos -bin $(BIN) $(CHAOS_FLAGS)
 
 .PHONY: clean
 clean: ## remove build outputs and the local cluster

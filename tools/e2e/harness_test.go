@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,33 +39,17 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		defer os.RemoveAll(dir)
-		if err := buildBinaries(dir); err != nil {
+		root, err := filepath.Abs("../..")
+		if err == nil {
+			err = stack.Build(context.Background(), root, dir)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: build:", err)
 			os.Exit(1)
 		}
 		binDir = dir
 	}
 	pgtest.Main(m)
-}
-
-// buildBinaries builds the services when the test runs outside `make test`.
-func buildBinaries(dir string) error {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return err
-	}
-	for name, pkg := range map[string]string{
-		"gateway": "./services/gateway/cmd/gateway", "orchestrator": "./services/orchestrator/cmd/orchestrator",
-		"reconciler": "./services/reconciler/cmd/reconciler", "scheduler": "./services/scheduler/cmd/scheduler",
-		"worker": "./services/worker-skeleton/cmd/worker",
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s", name, err, out)
-		}
-	}
-	return nil
 }
 
 // manualWorkflow is a one-step workflow whose handler no worker serves, so a

@@ -377,6 +377,29 @@ func (p *Process) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
+// binaries maps each binary the suite runs to its package, relative to the
+// repository root.
+var binaries = map[string]string{
+	"gateway":      "./services/gateway/cmd/gateway",
+	"orchestrator": "./services/orchestrator/cmd/orchestrator",
+	"reconciler":   "./services/reconciler/cmd/reconciler",
+	"scheduler":    "./services/scheduler/cmd/scheduler",
+	"worker":       "./services/worker-skeleton/cmd/worker",
+}
+
+// Build builds the binaries a suite runs into dir from the repository at
+// root, for tests run outside `make build` (LUCIUS_BIN_DIR unset).
+func Build(ctx context.Context, root, dir string) error {
+	for name, pkg := range binaries {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w: %s", name, err, out)
+		}
+	}
+	return nil
+}
+
 // portAllocator returns fixed default ports, or free ones. Free ports stay
 // bound until release, so no two processes are given the same port.
 func portAllocator(free bool) (port func(def int) string, release func()) {
