@@ -6,6 +6,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,9 +32,37 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)
 	}
+	if err := waitReachable(ctx, pool, StartupWait); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := migrate.Apply(ctx, pool, sets...); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return pool, nil
+}
+
+// StartupWait is how long Open waits for the database at start: a process
+// started while PostgreSQL restarts (a deploy, a failover) waits for it
+// instead of exiting.
+var StartupWait = time.Minute
+
+func waitReachable(ctx context.Context, pool *pgxpool.Pool, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("database not reachable after %s: %w", wait, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }

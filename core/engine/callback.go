@@ -332,7 +332,7 @@ func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job,
 	if err != nil {
 		return nil, nil, err
 	}
-	step, err := tx.Step(ctx, key.jobID, key.stepID)
+	step, err := tx.LockStep(ctx, key.jobID, key.stepID)
 	if errors.Is(err, ledger.ErrNotFound) || (err == nil && !step.Executable()) {
 		return nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.jobID, key.stepID, ErrUnknownStep)
 	}

@@ -125,6 +125,9 @@ func setJobStatus(tx *ledger.Tx, j *ledger.Job, to ledger.JobStatus, reason stri
 	}
 	tx.Append(ledger.Event{JobID: j.JobID, Type: ledger.EventJobStatusChanged, FromStatus: string(j.Status),
 		ToStatus: string(to), Reason: reason})
+	if to.Terminal() && !j.Status.Terminal() {
+		tx.ReleaseSlots(j.TenantID, j.Routing.Mode) // the admission slot the request took
+	}
 	j.Status = to
 	if to.Terminal() {
 		j.CompletedAt = now

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -83,34 +82,47 @@ func (f *fixture) accept(requestType string) *luciusv1.QueuedJob {
 
 func (f *fixture) acceptWith(requestType string, inputs map[string]any, callbackURL string) *luciusv1.QueuedJob {
 	f.t.Helper()
-	def, err := f.reg.Get(f.ctx, requestType, 0)
+	q, err := f.submit("Acme", requestType, inputs, callbackURL, ledger.Limits{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	return q
+}
+
+// submit stores a request the way the gateway does, under admission limits.
+func (f *fixture) submit(tenant, requestType string, inputs map[string]any, callbackURL string, limits ledger.Limits) (*luciusv1.QueuedJob, error) {
+	q, req, msg, err := f.request(tenant, requestType, inputs, callbackURL)
+	if err != nil {
+		return nil, err
+	}
+	_, err = f.store.Accept(f.ctx, req, msg, limits)
+	return q, err
+}
+
+// request builds what the gateway stores for a command.
+func (f *fixture) request(tenant, requestType string, inputs map[string]any, callbackURL string) (*luciusv1.QueuedJob, ledger.Request, ledger.OutboxMessage, error) {
+	def, err := f.reg.Get(f.ctx, requestType, 0)
+	if err != nil {
+		return nil, ledger.Request{}, ledger.OutboxMessage{}, err
+	}
 	payload, _ := structpb.NewStruct(inputs)
-	cmd := &luciusv1.Command{TenantId: "Acme", RequestType: requestType, InputRef: "file:///in.txt",
+	cmd := &luciusv1.Command{TenantId: tenant, RequestType: requestType, InputRef: "file:///in.txt",
 		OutputRef: "file:///out.json", Payload: payload, SchemaVersion: "1", CallbackUrl: callbackURL}
 	d, err := routing.Resolve(routing.Input{TenantID: cmd.TenantId})
 	if err != nil {
-		f.t.Fatal(err)
+		return nil, ledger.Request{}, ledger.OutboxMessage{}, err
 	}
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	jobID := fmt.Sprintf("%064x", uuid.New().ID())[:48] + fmt.Sprintf("%016x", time.Now().UnixNano())
+	jobID := strings.ReplaceAll(uuid.NewString()+uuid.NewString(), "-", "")
 	pinned := ledger.Routing{Mode: string(d.Mode), Partition: d.Partition, RoutingKey: d.RoutingKey, Topic: d.Topic,
 		DecisionSource: string(d.Source), DecisionReason: d.Reason}
 	raw, _ := protojson.Marshal(cmd)
 	q := &luciusv1.QueuedJob{JobId: jobID, Command: cmd, Routing: engine.RoutingToProto(pinned)}
 	body, _ := protojson.Marshal(q)
-	_, err = f.store.Accept(f.ctx, ledger.Request{JobID: jobID, TenantID: "acme", RequestHash: "h", RequestType: requestType,
-		WorkflowVersion: def.Version, InputRef: cmd.InputRef, OutputRef: cmd.OutputRef, CallbackURL: callbackURL,
-		Command: raw, Routing: pinned},
-		ledger.OutboxMessage{MessageID: "job/" + jobID, Destination: "orchestrator-jobs", Kind: ledger.KindJobRequest, JobID: jobID, Body: body})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return q
+	req := ledger.Request{JobID: jobID, TenantID: routing.Normalize(tenant), RequestHash: "h",
+		RequestType: requestType, WorkflowVersion: def.Version, InputRef: cmd.InputRef, OutputRef: cmd.OutputRef,
+		CallbackURL: callbackURL, Command: raw, Routing: pinned}
+	msg := ledger.OutboxMessage{MessageID: "job/" + jobID, Destination: "orchestrator-jobs", Kind: ledger.KindJobRequest, JobID: jobID, Body: body}
+	return q, req, msg, nil
 }
 
 func (f *fixture) create(q *luciusv1.QueuedJob) *ledger.Job {

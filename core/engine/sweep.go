@@ -45,7 +45,7 @@ func (e *Engine) sweepStep(ctx context.Context, k ledger.AttemptKey, rule sweepR
 		if err != nil {
 			return err
 		}
-		step, err := tx.Step(ctx, k.JobID, k.StepID)
+		step, err := tx.LockStep(ctx, k.JobID, k.StepID)
 		if err != nil {
 			return err
 		}

@@ -69,12 +69,15 @@ func (t *Tx) Replays(ctx context.Context, jobID string) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// InsertRequest stores a request inside a transaction (a replay's).
+// InsertRequest stores a request inside a transaction (a replay's). It
+// counts in the admission slots without a limit: an operator's replay is
+// not refused, but it is counted.
 func (t *Tx) InsertRequest(ctx context.Context, r Request) error {
 	created, err := t.insertRequest(ctx, r)
 	if err == nil && !created {
 		err = fmt.Errorf("request %s exists already", r.JobID)
 	}
+	t.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode}
 	return err
 }
 

@@ -17,15 +17,21 @@ type Accepted struct {
 }
 
 // Accept stores a new request with its outbox message and JOB_ACCEPTED event in
-// one transaction. If the job id exists already, nothing is written: the same
+// one transaction, taking an admission slot in the request's tenant, lane and
+// the global scope. If the job id exists already, nothing is written: the same
 // request hash returns the existing job, a different one ErrIdempotencyConflict.
-func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage) (Accepted, error) {
+// A scope at its limit fails with a *LimitError and nothing is written.
+func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits Limits) (Accepted, error) {
+	if err := s.precheckSlots(ctx, r, limits); err != nil {
+		return Accepted{}, err
+	}
 	var created bool
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error
 		if created, err = tx.insertRequest(ctx, r); err != nil || !created {
 			return err
 		}
+		tx.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode, limits: limits}
 		tx.Enqueue(msg)
 		tx.Append(Event{JobID: r.JobID, Type: EventJobAccepted, ToStatus: string(JobReceived),
 			Data: map[string]any{"tenant_id": r.TenantID, "request_type": r.RequestType, "correlation_id": r.CorrelationID}})
@@ -48,6 +54,13 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage) (Accep
 		return Accepted{}, err
 	}
 	return Accepted{Created: created, Job: job, ReceivedAt: job.CreatedAt}, nil
+}
+
+// RequestExists reports whether a request with this job id was accepted.
+func (s *Store) RequestExists(ctx context.Context, jobID string) (bool, error) {
+	var exists bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1)`, jobID).Scan(&exists)
+	return exists, err
 }
 
 // GetJob returns a job, or the early view of an accepted request no

@@ -13,9 +13,12 @@ import (
 // order request → job → steps, which every writer follows to avoid deadlocks.
 // Events and outbox messages are buffered and written in bulk at commit.
 type Tx struct {
-	tx     pgx.Tx
-	events []Event
-	outbox []OutboxMessage
+	tx pgx.Tx
+	// claim and released are admission slots taken or given back at commit.
+	claim    *jobSlots
+	released []jobSlots
+	events   []Event
+	outbox   []OutboxMessage
 }
 
 // Append records audit events, written when the transaction commits.
@@ -97,7 +100,19 @@ func (t *Tx) NodeSteps(ctx context.Context, jobID string) ([]Step, error) {
 
 // Step returns one step (a node or a fan-out child).
 func (t *Tx) Step(ctx context.Context, jobID, stepID string) (*Step, error) {
-	st, err := scanStep(t.tx.QueryRow(ctx, sqlStep, jobID, stepID))
+	return t.step(ctx, sqlStep, jobID, stepID)
+}
+
+// LockStep returns one step and locks its row (after LockJob). The job lock
+// orders the engine's writers; the step lock also waits for the dispatcher,
+// which moves published steps to AWAITING_ACK without the job lock, so a
+// callback reads the status it replaces.
+func (t *Tx) LockStep(ctx context.Context, jobID, stepID string) (*Step, error) {
+	return t.step(ctx, sqlStep+` FOR UPDATE`, jobID, stepID)
+}
+
+func (t *Tx) step(ctx context.Context, query, jobID, stepID string) (*Step, error) {
+	st, err := scanStep(t.tx.QueryRow(ctx, query, jobID, stepID))
 	if isNoRows(err) {
 		return nil, fmt.Errorf("step %s/%s: %w", jobID, stepID, ErrNotFound)
 	}
@@ -272,6 +287,13 @@ func (t *Tx) flush(ctx context.Context) error {
 			"scheduled_at"}, pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("enqueue outbox: %w", err)
 		}
+	}
+	// Slot counters last: their hot rows stay locked only until the commit.
+	if err := t.releaseSlots(ctx); err != nil {
+		return err
+	}
+	if t.claim != nil {
+		return t.takeSlots(ctx, *t.claim)
 	}
 	return nil
 }

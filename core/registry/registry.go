@@ -22,7 +22,7 @@ import (
 
 // LatestTTL bounds how long a process keeps answering with a cached "latest
 // version" of a workflow after another process registered a newer one.
-const LatestTTL = 2 * time.Second
+const LatestTTL = 500 * time.Millisecond
 
 // Open returns a registry holding the built-in definitions and those in dir
 // (if any; with its handlers.yaml), registered now so every process started

@@ -2,11 +2,13 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"buf.build/go/protovalidate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // ErrorDomain is the ErrorInfo domain of every Lucius error (AIP-193).
@@ -25,6 +27,12 @@ const (
 	ReasonJobNotFound          = "JOB_NOT_FOUND"
 	ReasonStepNotFound         = "STEP_NOT_FOUND"
 	ReasonDeadLetterNotFound   = "DEAD_LETTER_NOT_FOUND"
+	ReasonModeForbidden        = "MODE_FORBIDDEN"
+	ReasonTenantLimit          = "TENANT_LIMIT_REACHED"
+	ReasonLaneLimit            = "LANE_LIMIT_REACHED"
+	ReasonGlobalLimit          = "GLOBAL_LIMIT_REACHED"
+	ReasonConfigRevision       = "CONFIG_REVISION_MISMATCH"
+	ReasonTenantConfigNotFound = "TENANT_CONFIG_NOT_FOUND"
 	ReasonJobNotReplayable     = "JOB_NOT_REPLAYABLE"
 	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
 	ReasonUnavailable          = "UNAVAILABLE"
@@ -47,6 +55,17 @@ func Error(code codes.Code, reason, msg string, metadata ...string) *status.Stat
 	st, err := status.New(code, msg).WithDetails(info)
 	if err != nil {
 		return status.New(code, msg)
+	}
+	return st
+}
+
+// ResourceExhausted builds a RESOURCE_EXHAUSTED status (HTTP 429) with an
+// ErrorInfo reason and a RetryInfo saying when to try again (REST clients get
+// it as Retry-After).
+func ResourceExhausted(reason, msg string, retryAfter time.Duration, metadata ...string) *status.Status {
+	st := Error(codes.ResourceExhausted, reason, msg, metadata...)
+	if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)}); err == nil {
+		return withRetry
 	}
 	return st
 }

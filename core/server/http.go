@@ -3,11 +3,15 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -44,15 +48,31 @@ func NewHTTPMux(rest http.Handler, ops http.Handler, ready ReadyFunc) *http.Serv
 
 // NewRESTMux returns a grpc-gateway mux with Lucius's JSON conventions: proto
 // field names (snake_case, as in the seeds) and enum names on output; both
-// snake_case and camelCase accepted on input.
+// snake_case and camelCase accepted on input. An error carrying RetryInfo
+// (e.g. RESOURCE_EXHAUSTED → 429) gets a Retry-After header.
 func NewRESTMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
 	opts = append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
+		runtime.WithErrorHandler(retryAfterErrors),
 	}, opts...)
 	return runtime.NewServeMux(opts...)
+}
+
+// retryAfterErrors writes grpc-gateway's error answer, with Retry-After
+// (whole seconds, at least 1) when the status says when to retry.
+func retryAfterErrors(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				secs := int(math.Ceil(ri.GetRetryDelay().AsDuration().Seconds()))
+				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			}
+		}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // NewHTTPServer returns an HTTP server with sane timeouts.

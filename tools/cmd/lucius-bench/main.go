@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,9 @@ import (
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 
+// benchEnv is added to every process's environment (-env).
+var benchEnv = map[string]string{}
+
 func main() {
 	bin := flag.String("bin", ".build/bin", "directory holding the service binaries")
 	data := flag.String("data", ".build/bench", "directory for the benchmark's cluster (recreated)")
@@ -33,7 +37,28 @@ func main() {
 	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
 	rate := flag.Float64("rate", 0, "submit at this many jobs/s (open loop); 0 submits as fast as the clients can")
 	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
+	extraEnv := flag.String("env", "", "extra environment for every process, K=V pairs separated by commas (e.g. LUCIUS_PPROF=true)")
+	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, then while another floods at 10x its limit")
+	floodLimit := flag.Int("flood-limit", 5, "with -flood: the flooding tenant's concurrent job limit")
+	floodTarget := flag.String("flood-client", "", "internal: run as the -flood scenario's flooding client against this gateway")
+	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
+	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
 	flag.Parse()
+	if *floodTarget != "" {
+		if err := floodClient(*floodTarget, *floodLimit, *floodInput, *floodWorkspace); err != nil {
+			fmt.Fprintln(os.Stderr, "lucius-bench flood client:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	for _, kv := range strings.Split(*extraEnv, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			benchEnv[k] = v
+		}
+	}
+	if *flood {
+		floodCfg = &floodConfig{limit: *floodLimit, calmRate: *rate, calm: *n}
+	}
 	if err := run(*bin, *data, *n, *c, *rate, *real, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
 		os.Exit(1)
@@ -55,8 +80,16 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 		out = f
 	}
 	env := map[string]string{"LUCIUS_LOG_LEVEL": "warn"}
+	for k, v := range benchEnv {
+		env[k] = v
+	}
 	if !real {
 		env["LUCIUS_WORKER_NOOP"] = "true"
+	}
+	if floodCfg != nil {
+		// Steps take time, as real work does: a tenant's concurrency limit
+		// then bounds its throughput, not only its backlog.
+		env["LUCIUS_WORKER_DELAY"] = "500ms"
 	}
 	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
 	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out})
@@ -64,6 +97,7 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 		return err
 	}
 	defer s.Stop(context.Background())
+	fmt.Printf("gateway gRPC %s, HTTP %s (metrics, pprof with -env LUCIUS_PPROF=true)\n", s.Endpoints.GatewayGRPC, s.Endpoints.GatewayHTTP)
 
 	input := filepath.Join(s.Workspace, "bench-input.txt")
 	if err := os.WriteFile(input, []byte("Lucius benchmark input. The quick brown fox jumps over the lazy dog.\n"), 0o644); err != nil {
@@ -76,6 +110,9 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	defer conn.Close()
 	client := luciusv1.NewCommandServiceClient(conn)
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"what is this about?"}})
+	if floodCfg != nil {
+		return runFlood(ctx, *floodCfg, conn, "file://"+input, s.Workspace, payload)
+	}
 	start := time.Now()
 
 	// With a rate, job i may not be submitted before start + i/rate.

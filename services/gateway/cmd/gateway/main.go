@@ -23,8 +23,10 @@ func main() {
 func configure(e *env.Reader) (gateway.Config, error) {
 	cfg := gateway.Config{
 		Service: process.ReadService(e, "gateway", "127.0.0.1:9090", "127.0.0.1:8080", 20),
-		Policy:  gateway.Policy{RefSchemes: e.List("LUCIUS_REF_SCHEMES", []string{"file", "https", "az"})},
 	}
+	// These seed the stored configuration of a fresh database; afterwards the
+	// ConfigService changes it.
+	cfg.Policy.Seed.Refs.Schemes = e.List("LUCIUS_REF_SCHEMES", []string{"file", "https", "az"})
 	mode, err := routing.ParseMode(e.String("LUCIUS_DEFAULT_MODE", "DEFAULT"))
 	if err != nil {
 		return cfg, err
@@ -33,7 +35,7 @@ func configure(e *env.Reader) (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Policy.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
+	cfg.Policy.Seed.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
 	return cfg, nil
 }

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
 	"strings"
+	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
@@ -20,13 +21,13 @@ import (
 // SupportedSchemaMajor is the envelope major version this gateway accepts (1.x).
 const SupportedSchemaMajor = "1"
 
-// Policy holds the admission rules that are configuration rather than contract.
+// Policy holds what admission needs besides the live configuration.
 type Policy struct {
-	// RefSchemes are the URL schemes accepted for input_ref and output_ref.
-	RefSchemes []string
-	// DefaultMode is the global default lane when neither request nor tenant set one.
-	DefaultMode routing.Mode
-	Topology    routing.Topology
+	// Seed is the global configuration stored when the database has none yet
+	// (from LUCIUS_DEFAULT_MODE and LUCIUS_REF_SCHEMES); after that the stored
+	// configuration rules, changed through the ConfigService.
+	Seed     config.Global
+	Topology routing.Topology
 }
 
 // admitted is a command that passed every rule, with what admission derived.
@@ -37,6 +38,9 @@ type admitted struct {
 	route    routing.Decision
 	jobID    string
 	hash     string
+	// limits are the admission limits of the command's tenant and lane.
+	limits     ledger.Limits
+	retryAfter time.Duration
 }
 
 // Workflows finds the workflow a request type names (its latest version; an
@@ -49,9 +53,10 @@ type Workflows interface {
 
 // admit applies the rules protovalidate annotations cannot express: tenant not
 // blank, schema version compatibility, a known request type, refs well-formed
-// and allowed by policy, the workflow's input declarations, and the routing
-// rule. It returns every violation at once.
-func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted, []server.Violation, error) {
+// and allowed by the tenant's ref policy, the workflow's input declarations,
+// and the routing rule with the tenant's mode settings. It returns every
+// violation at once.
+func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, topology routing.Topology) (*admitted, []server.Violation, error) {
 	var vs []server.Violation
 	add := func(field, reason, format string, args ...any) {
 		vs = append(vs, server.Violation{Field: "command." + field, Reason: reason, Description: fmt.Sprintf(format, args...)})
@@ -60,6 +65,7 @@ func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted
 	if tenant == "" {
 		add("tenant_id", server.ReasonInvalidArgument, "must not be blank")
 	}
+	eff := cfg.For(tenant)
 	if major, _, _ := strings.Cut(cmd.GetSchemaVersion(), "."); major != SupportedSchemaMajor {
 		add("schema_version", server.ReasonUnsupportedSchema, "version %q is not supported; this gateway accepts %s.x", cmd.GetSchemaVersion(), SupportedSchemaMajor)
 	}
@@ -72,8 +78,8 @@ func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted
 		add("request_type", server.ReasonUnknownRequestType, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(workflows.Known(), ", "))
 	}
 	for _, ref := range []struct{ field, value string }{{"input_ref", cmd.GetInputRef()}, {"output_ref", cmd.GetOutputRef()}} {
-		if problem := checkRef(ref.value, policy.RefSchemes); problem != "" {
-			add(ref.field, server.ReasonInvalidRef, "%s", problem)
+		if problem := eff.Refs.CheckRef(ref.value); problem != nil {
+			add(ref.field, problem.Reason, "%s", problem.Description)
 		}
 	}
 	if cb := cmd.GetCallbackUrl(); cb != "" {
@@ -87,17 +93,15 @@ func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted
 			vs = append(vs, server.Violation{Field: "command." + v.Field, Reason: server.ReasonInvalidPayload, Description: v.Description})
 		}
 	}
-	var requested routing.Mode
-	switch cmd.GetMode() {
-	case luciusv1.Mode_MODE_DEFAULT:
-		requested = routing.ModeDefault
-	case luciusv1.Mode_MODE_BURST:
-		requested = routing.ModeBurst
-	}
+	requested := modeFromProto(cmd.GetMode())
 	route, rerr := routing.Resolve(routing.Input{TenantID: cmd.GetTenantId(), DocID: cmd.GetDocId(), Requested: requested,
-		GlobalDefault: policy.DefaultMode, Topology: policy.Topology})
+		TenantDefault: eff.Mode, GlobalDefault: eff.GlobalMode, BurstForbidden: !eff.ModeAllowed(routing.ModeBurst),
+		Topology: topology})
 	switch rerr {
 	case nil:
+		if !eff.ModeAllowed(route.Mode) {
+			add("mode", server.ReasonModeForbidden, "tenant %q may not use %s mode (%s); allowed: %v", tenant, route.Mode, route.Reason, eff.AllowedModes)
+		}
 	case routing.ErrBurstWithoutDocID:
 		add("doc_id", server.ReasonBurstWithoutDocID, "is required in BURST mode: it spreads the tenant's work over partitions")
 	case routing.ErrBurstForbidden:
@@ -116,7 +120,9 @@ func admit(cmd *luciusv1.Command, workflows Workflows, policy Policy) (*admitted
 	if key := cmd.GetIdempotencyKey(); key != "" {
 		jobID = sha256Hex("lucius/job/v1/key\n" + tenant + "\n" + key)
 	}
-	return &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash}, nil, nil
+	limits := ledger.Limits{Tenant: eff.MaxActive, Lane: cfg.LaneLimit(route.Mode), Global: cfg.Global.Limits.Global}
+	return &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash,
+		limits: limits, retryAfter: eff.RetryAfter}, nil, nil
 }
 
 // canonicalForm is the command as JSON with sorted keys and the tenant
@@ -143,36 +149,4 @@ func canonicalForm(cmd *luciusv1.Command, tenant string) string {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-// checkRef validates a ref against the policy; it returns a problem or "".
-func checkRef(ref string, schemes []string) string {
-	u, err := url.Parse(ref)
-	if err != nil || u.Scheme == "" {
-		return "must be an absolute URL such as file:///data/in.pdf or https://host/container/blob"
-	}
-	allowed := false
-	for _, s := range schemes {
-		allowed = allowed || strings.EqualFold(s, u.Scheme)
-	}
-	if !allowed {
-		return fmt.Sprintf("scheme %q is not allowed; allowed: %s", u.Scheme, strings.Join(schemes, ", "))
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return "file URLs must not name a host (file:///absolute/path)"
-		}
-		if !path.IsAbs(u.Path) || u.Path == "/" || strings.Contains(u.Path, "/../") || strings.HasSuffix(u.Path, "/..") {
-			return "file URLs need an absolute path without .. segments"
-		}
-	default:
-		if u.Host == "" {
-			return fmt.Sprintf("%s URLs must name a host", u.Scheme)
-		}
-		if u.Path == "" || u.Path == "/" {
-			return fmt.Sprintf("%s URLs must name a container and blob path", u.Scheme)
-		}
-	}
-	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
@@ -47,7 +48,10 @@ func builtinWorkflows(t testing.TB) staticWorkflows {
 	return w
 }
 
-var testPolicy = Policy{RefSchemes: []string{"file", "https", "az"}, DefaultMode: routing.ModeDefault}
+var testConfig = &config.Snapshot{Global: config.Global{DefaultMode: routing.ModeDefault,
+	Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}}}}
+
+var testPolicy = Policy{Seed: testConfig.Global}
 
 func validCommand() *luciusv1.Command {
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"summarize"}, "chunk_size": 100})
@@ -64,7 +68,7 @@ func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 		t.Helper()
 		c := validCommand()
 		mutate(c)
-		a, vs, err := admit(c, reg, testPolicy)
+		a, vs, err := admit(c, reg, testConfig, "")
 		if err != nil || vs != nil {
 			t.Fatalf("unexpected violations %v", vs)
 		}
@@ -118,7 +122,7 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 		{"unknown request type", func(c *luciusv1.Command) { c.RequestType = "TRANSLATE" }, "command.request_type", server.ReasonUnknownRequestType},
 		{"future schema version", func(c *luciusv1.Command) { c.SchemaVersion = "2" }, "command.schema_version", server.ReasonUnsupportedSchema},
 		{"relative input ref", func(c *luciusv1.Command) { c.InputRef = "data/in.txt" }, "command.input_ref", server.ReasonInvalidRef},
-		{"scheme not allowed", func(c *luciusv1.Command) { c.InputRef = "ftp://host/in.txt" }, "command.input_ref", server.ReasonInvalidRef},
+		{"scheme not allowed", func(c *luciusv1.Command) { c.InputRef = "ftp://host/container/in.txt" }, "command.input_ref", config.ReasonRefSchemeNotAllowed},
 		{"file ref with host", func(c *luciusv1.Command) { c.OutputRef = "file://server/out.json" }, "command.output_ref", server.ReasonInvalidRef},
 		{"file ref escaping", func(c *luciusv1.Command) { c.OutputRef = "file:///data/../etc/passwd" }, "command.output_ref", server.ReasonInvalidRef},
 		{"https ref without blob", func(c *luciusv1.Command) { c.InputRef = "https://account.blob.core.windows.net" }, "command.input_ref", server.ReasonInvalidRef},
@@ -134,7 +138,7 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 			t.Parallel()
 			c := validCommand()
 			tt.mutate(c)
-			a, vs, err := admit(c, reg, testPolicy)
+			a, vs, err := admit(c, reg, testConfig, "")
 			if err != nil || a != nil || len(vs) == 0 {
 				t.Fatalf("accepted an invalid command")
 			}
@@ -149,7 +153,7 @@ func TestAdmitReportsEveryViolationAtOnce(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.SchemaVersion, c.InputRef, c.Payload = "9", "nope", &structpb.Struct{}
-	_, vs, _ := admit(c, builtinWorkflows(t), testPolicy)
+	_, vs, _ := admit(c, builtinWorkflows(t), testConfig, "")
 	fields := map[string]bool{}
 	for _, v := range vs {
 		fields[v.Field] = true
@@ -165,7 +169,7 @@ func TestBurstRoutesOnTenantAndDocument(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.Mode, c.DocId = luciusv1.Mode_MODE_BURST, " Doc-7 "
-	a, vs, err := admit(c, builtinWorkflows(t), testPolicy)
+	a, vs, err := admit(c, builtinWorkflows(t), testConfig, "")
 	if err != nil || vs != nil {
 		t.Fatal(vs)
 	}
@@ -186,7 +190,7 @@ func FuzzAdmit(f *testing.F) {
 		if proto.Unmarshal(raw, c) != nil {
 			return
 		}
-		a, vs, err := admit(c, reg, testPolicy)
+		a, vs, err := admit(c, reg, testConfig, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,4 +206,79 @@ func FuzzAdmit(f *testing.F) {
 			t.Fatalf("bad ids %q %q", a.jobID, a.hash)
 		}
 	})
+}
+
+// The tenant's configuration decides its mode, allowed modes, ref policy and
+// limits; the request's own mode still comes first.
+func TestAdmitAppliesTheTenantConfiguration(t *testing.T) {
+	t.Parallel()
+	two := 2
+	snap := &config.Snapshot{
+		Global: config.Global{DefaultMode: routing.ModeDefault, Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}},
+			Limits: config.Limits{Global: 100, Tenant: 10, Lanes: map[routing.Mode]int{routing.ModeBurst: 20}}},
+		Tenants: map[string]config.Tenant{
+			"bursty":     {TenantID: "bursty", Mode: routing.ModeBurst, MaxActive: &two},
+			"steady":     {TenantID: "steady", AllowedModes: []routing.Mode{routing.ModeDefault}},
+			"only-burst": {TenantID: "only-burst", AllowedModes: []routing.Mode{routing.ModeBurst}},
+			"locked": {TenantID: "locked", Refs: &config.RefPolicy{Schemes: []string{"az"}, Hosts: []string{"lockedacct"},
+				Containers: []string{"bronze"}}},
+		}}
+	tests := []struct {
+		name   string
+		mutate func(c *luciusv1.Command)
+		// want: the mode and its source, or the violation's field and reason
+		mode   routing.Mode
+		source routing.Source
+		limits ledger.Limits
+		field  string
+		reason string
+	}{
+		{"the global default", func(c *luciusv1.Command) {}, routing.ModeDefault, routing.SourceGlobalConfig,
+			ledger.Limits{Tenant: 10, Global: 100}, "", ""},
+		{"the tenant's mode", func(c *luciusv1.Command) { c.TenantId, c.DocId = "Bursty", "d1" }, routing.ModeBurst,
+			routing.SourceTenantConfig, ledger.Limits{Tenant: 2, Lane: 20, Global: 100}, "", ""},
+		{"the request over the tenant", func(c *luciusv1.Command) { c.TenantId, c.Mode = "bursty", luciusv1.Mode_MODE_DEFAULT },
+			routing.ModeDefault, routing.SourceRequest, ledger.Limits{Tenant: 2, Global: 100}, "", ""},
+		{"the tenant's mode still needs a doc", func(c *luciusv1.Command) { c.TenantId = "bursty" }, "", "", ledger.Limits{},
+			"command.doc_id", server.ReasonBurstWithoutDocID},
+		{"BURST not allowed", func(c *luciusv1.Command) { c.TenantId, c.Mode, c.DocId = "steady", luciusv1.Mode_MODE_BURST, "d" },
+			"", "", ledger.Limits{}, "command.mode", server.ReasonBurstForbidden},
+		{"DEFAULT not allowed", func(c *luciusv1.Command) { c.TenantId = "only-burst" }, "", "", ledger.Limits{},
+			"command.mode", server.ReasonModeForbidden},
+		{"the tenant's refs: scheme", func(c *luciusv1.Command) { c.TenantId = "locked" }, "", "", ledger.Limits{},
+			"command.input_ref", config.ReasonRefSchemeNotAllowed},
+		{"the tenant's refs: account", func(c *luciusv1.Command) {
+			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://otheracct/bronze/in.pdf", "az://lockedacct/bronze/out.json"
+		}, "", "", ledger.Limits{}, "command.input_ref", config.ReasonRefHostNotAllowed},
+		{"the tenant's refs: container", func(c *luciusv1.Command) {
+			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://lockedacct/bronze/in.pdf", "az://lockedacct/gold/out.json"
+		}, "", "", ledger.Limits{}, "command.output_ref", config.ReasonRefContainerForbidden},
+		{"the tenant's refs allow", func(c *luciusv1.Command) {
+			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://lockedacct/bronze/in.pdf", "az://lockedacct/bronze/out.json"
+		}, routing.ModeDefault, routing.SourceGlobalConfig, ledger.Limits{Tenant: 10, Global: 100}, "", ""},
+	}
+	reg := builtinWorkflows(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := validCommand()
+			tt.mutate(c)
+			a, vs, err := admit(c, reg, snap, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.field != "" {
+				if a != nil || len(vs) == 0 || vs[0].Field != tt.field || vs[0].Reason != tt.reason {
+					t.Fatalf("violations %+v, want %s %s", vs, tt.field, tt.reason)
+				}
+				return
+			}
+			if a == nil {
+				t.Fatalf("refused: %+v", vs)
+			}
+			if a.route.Mode != tt.mode || a.route.Source != tt.source || a.limits != tt.limits {
+				t.Fatalf("route %+v limits %+v, want %s from %s with %+v", a.route, a.limits, tt.mode, tt.source, tt.limits)
+			}
+		})
+	}
 }

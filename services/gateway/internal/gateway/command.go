@@ -4,18 +4,23 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -26,27 +31,32 @@ type commandService struct {
 	luciusv1.UnimplementedCommandServiceServer
 	store     *ledger.Store
 	workflows *registry.Registry
-	policy    Policy
+	config    *config.Watcher
+	topology  routing.Topology
+	gate      *gate
 	log       *slog.Logger
 	submits   metric.Int64Counter
 }
 
 var _ luciusv1.CommandServiceServer = (*commandService)(nil)
 
-func newCommandService(store *ledger.Store, workflows *registry.Registry, policy Policy, log *slog.Logger) (*commandService, error) {
+func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, topology routing.Topology,
+	log *slog.Logger) (*commandService, error) {
 	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
-		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict) and request type."))
+		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited) and request type."))
 	if err != nil {
 		return nil, err
 	}
-	return &commandService{store: store, workflows: workflows, policy: policy, log: log, submits: submits}, nil
+	return &commandService{store: store, workflows: workflows, config: cfg, topology: topology, gate: newGate(100 * time.Millisecond),
+		log: log, submits: submits}, nil
 }
 
 // Submit validates the envelope, derives the job id and stores the request with
-// its orchestrator-jobs message in one transaction.
+// its orchestrator-jobs message in one transaction, unless an admission limit
+// refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
-	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.policy)
+	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.topology)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))
 		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()
@@ -74,8 +84,27 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	if err != nil {
 		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode queued job").Err()
 	}
-	res, err := s.store.Accept(ctx, request, msg)
+	gated, probe := s.gate.enter(a.tenant, a.limits.Tenant)
+	if gated != nil {
+		// Refused at its limit a moment ago: refuse again without writing,
+		// unless this repeats an accepted command (answered as a duplicate).
+		if exists, err := s.store.RequestExists(ctx, a.jobID); err != nil || !exists {
+			s.count(ctx, "limited", cmd.GetRequestType())
+			pace(ctx, min(a.retryAfter, refusalPace))
+			return nil, limitError(gated, a.retryAfter).Err()
+		}
+	}
+	res, err := s.store.Accept(ctx, request, msg, a.limits)
+	var limit *ledger.LimitError
+	errors.As(err, &limit)
+	if gated == nil {
+		s.gate.done(a.tenant, probe, limit, res.Created)
+	}
 	switch {
+	case limit != nil:
+		s.count(ctx, "limited", cmd.GetRequestType())
+		log.InfoContext(ctx, "command refused: admission limit", "scope", limit.Scope, "limit", limit.Limit)
+		return nil, limitError(limit, a.retryAfter).Err()
 	case errors.Is(err, ledger.ErrIdempotencyConflict):
 		s.count(ctx, "conflict", cmd.GetRequestType())
 		log.InfoContext(ctx, "idempotency key reused for a different command")
@@ -120,4 +149,28 @@ func (w registryWorkflows) Known() []string {
 		ids[i] = d.WorkflowID
 	}
 	return ids
+}
+
+// limitError answers a submit over an admission limit: RESOURCE_EXHAUSTED
+// (HTTP 429 with Retry-After) naming the limit.
+func limitError(l *ledger.LimitError, retryAfter time.Duration) *status.Status {
+	reason := map[string]string{ledger.ScopeTenant: server.ReasonTenantLimit, ledger.ScopeLane: server.ReasonLaneLimit,
+		ledger.ScopeGlobal: server.ReasonGlobalLimit}[l.Scope]
+	return server.ResourceExhausted(reason, l.Error()+"; retry later", retryAfter,
+		"scope", l.Scope, "key", l.Key, "limit", strconv.Itoa(l.Limit))
+}
+
+// refusalPace delays the answer to a tenant the gate refuses: a client
+// retrying in a tight loop, ignoring Retry-After, is slowed to a few retries
+// a second per connection instead of taking the gateway's CPU from other
+// tenants. Waiting costs a goroutine, not CPU.
+const refusalPace = 500 * time.Millisecond
+
+func pace(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -2,7 +2,9 @@
 // partner commands (proto annotations, then the workflow's inputs and the
 // ref policy), derives deterministic job ids, stores each accepted command with
 // its orchestrator-jobs message in one transaction and answers 202 with the job
-// id. It serves the job API (get, list, steps, events, cancel) from the ledger,
+// id, or refuses it at an admission limit (429). It serves the job API (get,
+// list, steps, events, cancel, replay), dead letters and the live
+// configuration (ConfigService) from PostgreSQL,
 // over gRPC and REST (grpc-gateway, dialed through the gRPC endpoint so REST
 // calls pass the same interceptors).
 package gateway
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
@@ -35,11 +38,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate()}
-	if len(c.Policy.RefSchemes) == 0 {
-		errs = append(errs, errors.New("gateway: Policy.RefSchemes must allow at least one scheme"))
-	}
-	return errors.Join(errs...)
+	return c.Service.Validate()
 }
 
 func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9090", "127.0.0.1:8080", 20) }
@@ -51,11 +50,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := config.NewStore(pool).SeedGlobal(ctx, cfg.Policy.Seed); err != nil {
+		return err
+	}
+	live, err := config.Watch(ctx, pool, 0, log)
+	if err != nil {
+		return err
+	}
+	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
@@ -63,7 +70,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	commands, err := newCommandService(store, workflows, cfg.Policy, log)
+	commands, err := newCommandService(store, workflows, live, cfg.Policy.Topology, log)
 	if err != nil {
 		return err
 	}
@@ -75,10 +82,12 @@ func Run(ctx context.Context, cfg Config) error {
 	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log})
 	luciusv1.RegisterWorkflowServiceServer(ep.GRPC, &workflowService{reg: workflows, log: log})
 	luciusv1.RegisterDeadLetterServiceServer(ep.GRPC, &deadLetterService{store: store, log: log})
+	luciusv1.RegisterConfigServiceServer(ep.GRPC, &configService{watcher: live, log: log})
 	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterDeadLetterServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterDeadLetterServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterConfigServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -92,21 +90,8 @@ func freeAddr(t *testing.T) string {
 
 func (f *gatewayFixture) rest(t *testing.T, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, f.base+path, r)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := f.httpc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	code, _, out := f.restHeader(t, method, path, body)
+	return code, out
 }
 
 func (f *gatewayFixture) count(t *testing.T, table string) int {

@@ -52,7 +52,7 @@ func newJob(t *testing.T, ctx context.Context, store *ledger.Store, eng *engine.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Accept(ctx, req, msg); err != nil {
+	if _, err := store.Accept(ctx, req, msg, ledger.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := eng.CreateJob(ctx, &luciusv1.QueuedJob{JobId: id, Command: cmd}, owner); err != nil {

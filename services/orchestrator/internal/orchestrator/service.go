@@ -14,6 +14,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -76,11 +77,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// The live configuration: this process reports the revision it applies.
+	live, err := config.Watch(ctx, pool, 0, log)
+	if err != nil {
+		return err
+	}
+	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)

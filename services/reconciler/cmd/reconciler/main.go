@@ -39,6 +39,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 			Outbox:      sweep(e, "OUTBOX"),
 			Requests:    sweep(e, "REQUESTS"),
 			DeadLetters: sweep(e, "DEADLETTER"),
+			Slots:       sweep(e, "SLOTS"),
 		},
 	}
 	cfg.Callbacks = reconciler.CallbackConfig{

@@ -24,7 +24,7 @@ type DispatcherConfig struct {
 	// BatchSize is the most rows claimed per round (default 200).
 	BatchSize int
 	// Lease hides claimed rows from other dispatchers while this one publishes
-	// (default 30s). A dispatcher that dies mid-publish delays its batch by this.
+	// (default 5s). A dispatcher that dies mid-publish delays its batch by this.
 	Lease time.Duration
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
@@ -37,7 +37,9 @@ func (c *DispatcherConfig) defaults() {
 		c.BatchSize = 200
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		// Short: rows a killed dispatcher claimed wait this long. A publish
+		// outlasting it only sends a copy the bus drops as a duplicate.
+		c.Lease = 5 * time.Second
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second

@@ -18,6 +18,7 @@ import (
 	"github.com/lucius-platform/lucius/core/loop"
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
@@ -80,11 +81,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// The live configuration: this process reports the revision it applies.
+	live, err := config.Watch(ctx, pool, 0, log)
+	if err != nil {
+		return err
+	}
+	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
@@ -125,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer dead.close()
 	loops := append(sweepers(store, eng, cfg.Sweepers, staleOutbox(store, declare)),
 		func(ctx context.Context, m *sweepMetrics) {
-			loop.Every(ctx, cfg.Sweepers.DeadLetters.Interval, false, func(ctx context.Context) { dead.round(ctx, m) })
+			loop.Every(ctx, cfg.Sweepers.DeadLetters.Interval, true, func(ctx context.Context) { dead.round(ctx, m) })
 		})
 	disp, err := newDispatcher(store, b, pool, cfg.Dispatcher, log)
 	if err != nil {

@@ -60,6 +60,9 @@ type SweepersConfig struct {
 	Requests SweepConfig
 	// DeadLetters: bus dead-letter queues are collected into the ledger (every 30s).
 	DeadLetters SweepConfig
+	// Slots: admission counters are checked against the live work and
+	// repaired when they drifted (every 60s).
+	Slots SweepConfig
 }
 
 func (c *SweepersConfig) defaults() {
@@ -70,6 +73,7 @@ func (c *SweepersConfig) defaults() {
 	c.Outbox.defaults(30*time.Second, 2*time.Minute)
 	c.Requests.defaults(time.Minute, 5*time.Minute)
 	c.DeadLetters.defaults(30*time.Second, 0)
+	c.Slots.defaults(time.Minute, 0)
 }
 
 // sweeper is one drift-repair loop: scan for candidates, then repair each
@@ -120,7 +124,7 @@ func (m *sweepMetrics) failed(ctx context.Context, sweeper string, err error, at
 
 // run sweeps every interval until ctx ends.
 func (s sweeper[T]) run(ctx context.Context, m *sweepMetrics) {
-	loop.Every(ctx, s.cfg.Interval, false, func(ctx context.Context) { s.round(ctx, m) })
+	loop.Every(ctx, s.cfg.Interval, true, func(ctx context.Context) { s.round(ctx, m) }) // at once: a restarted reconciler catches up
 }
 
 // round scans and repairs until a scan comes back short or a repair fails: a
@@ -181,6 +185,27 @@ func sweepers(store *ledger.Store, eng *engine.Engine, cfg SweepersConfig, stale
 			scan: func(ctx context.Context, limit int) ([]ledger.StaleOutboxRow, error) {
 				return store.StaleOutbox(ctx, cfg.Outbox.Age, limit)
 			}, repair: stale}.run,
+		slotRepair(store, cfg.Slots),
+	}
+}
+
+// slotRepair checks the admission counters every interval and sets any that
+// drifted from the live requests and jobs (a leaked or lost slot) right.
+func slotRepair(store *ledger.Store, cfg SweepConfig) func(context.Context, *sweepMetrics) {
+	return func(ctx context.Context, m *sweepMetrics) {
+		loop.Every(ctx, cfg.Interval, true, func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
+			defer cancel()
+			fixed, err := store.RepairSlots(ctx)
+			if err != nil {
+				m.failed(ctx, "slots", err)
+			}
+			for _, r := range fixed {
+				m.action(ctx, "slots", "REPAIRED")
+				m.log.WarnContext(ctx, "sweeper slots: admission counter repaired", "scope", r.Scope, "key", r.Key,
+					"counted", r.Was, "live", r.Counted)
+			}
+		})
 	}
 }
 

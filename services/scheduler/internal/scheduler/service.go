@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
@@ -35,11 +36,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// The live configuration: this process reports the revision it applies.
+	live, err := config.Watch(ctx, pool, 0, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer live.Close()
 	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: cfg.Logger})
 	if err != nil {
 		return err

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/routing"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }
+
+func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := NewStore(pgtest.NewPool(t))
+	if err := s.SeedGlobal(ctx, Global{DefaultMode: routing.ModeDefault, Limits: Limits{Tenant: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SeedGlobal(ctx, Global{Limits: Limits{Tenant: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Global(ctx)
+	if err != nil || g.Limits.Tenant != 5 || g.Revision != 1 {
+		t.Fatalf("seeding twice: %+v %v", g, err)
+	}
+	g.Limits.Lanes = map[routing.Mode]int{routing.ModeBurst: 7}
+	stored, err := s.PutGlobal(ctx, g, g.Revision)
+	if err != nil || stored.Revision != 2 {
+		t.Fatalf("put with the current revision: %+v %v", stored, err)
+	}
+	if _, err := s.PutGlobal(ctx, g, 1); !errors.Is(err, ErrRevisionMismatch) {
+		t.Fatalf("put with a stale revision: %v", err)
+	}
+	acme, err := s.PutTenant(ctx, Tenant{TenantID: "  Acme ", Mode: routing.ModeBurst, MaxActive: intp(0)}, 0)
+	if err != nil || acme.TenantID != "acme" || acme.Revision != 3 {
+		t.Fatalf("put tenant: %+v %v", acme, err)
+	}
+	if _, err := s.PutTenant(ctx, Tenant{TenantID: "acme"}, 2); !errors.Is(err, ErrRevisionMismatch) {
+		t.Fatalf("tenant put with a stale revision: %v", err)
+	}
+	if _, err := s.PutTenant(ctx, Tenant{TenantID: "beta"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Tenant(ctx, "ACME")
+	if err != nil || got.Mode != routing.ModeBurst || got.MaxActive == nil || *got.MaxActive != 0 {
+		t.Fatalf("get tenant: %+v %v", got, err)
+	}
+	page, err := s.ListTenants(ctx, "acme", 10)
+	if err != nil || len(page) != 1 || page[0].TenantID != "beta" {
+		t.Fatalf("list after acme: %+v %v", page, err)
+	}
+	if err := s.DeleteTenant(ctx, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTenant(ctx, "beta"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := s.Tenant(ctx, "beta"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted tenant: %v", err)
+	}
+	snap, err := s.Load(ctx)
+	if err != nil || snap.Revision != 5 || len(snap.Tenants) != 1 || snap.Global.Limits.Lanes[routing.ModeBurst] != 7 {
+		t.Fatalf("snapshot %+v %v", snap, err)
+	}
+}
+
+// A change reaches every watching process through NOTIFY: the poll fallback is
+// set to an hour, so nothing else could deliver it within the test.
+func TestChangesReachEveryWatcherWithoutPolling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t)
+	var watchers []*Watcher
+	for range 3 { // three processes, each with its own pool
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		w, err := Watch(ctx, pool, time.Hour, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		watchers = append(watchers, w)
+	}
+	changed := make(chan int64, 10)
+	watchers[2].OnChange(func(s *Snapshot) { changed <- s.Revision })
+	admin := NewStore(watchers[0].pool)
+	for i, change := range []func() error{
+		func() error {
+			_, err := admin.PutTenant(ctx, Tenant{TenantID: "acme", Mode: routing.ModeBurst}, 0)
+			return err
+		},
+		func() error { _, err := admin.PutGlobal(ctx, Global{Limits: Limits{Global: 100}}, 0); return err },
+		func() error { return admin.DeleteTenant(ctx, "acme") },
+	} {
+		start := time.Now()
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(i + 1)
+		deadline := time.Now().Add(30 * time.Second) // a hang guard, not a speed check
+		for _, w := range watchers {
+			for w.Current().Revision < want {
+				if time.Now().After(deadline) {
+					t.Fatalf("revision %d never reached a watcher (at %d)", want, w.Current().Revision)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		t.Logf("change %d reached 3 watchers in %s", want, time.Since(start))
+		if rev := <-changed; rev != want {
+			t.Fatalf("OnChange saw revision %d, want %d", rev, want)
+		}
+	}
+	last := watchers[1].Current()
+	if _, ok := last.Tenants["acme"]; ok || last.Global.Limits.Global != 100 {
+		t.Fatalf("final snapshot %+v", last)
+	}
+}
