@@ -96,7 +96,8 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 			return err
 		}
 		out.StepStatus, out.JobStatus = step.Status, job.Status
-		if outcome, rejected := checkCallback(tx, job, step, key, false); rejected {
+		// A POLLING step's current attempt has ended: another RESULT for it repeats one.
+		if outcome, rejected := checkCallback(tx, job, step, key, step.Status == ledger.StepPolling); rejected {
 			out.Outcome = outcome
 			return nil
 		}
@@ -138,6 +139,9 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 // fan-out child, its parent's counters. r is nil when the job already ended.
 func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
 	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
+	if req.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_POLLING {
+		return e.poll(ctx, tx, job, step, attempt, req, now)
+	}
 	if req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
 		f := failure{class: classNonRetryable, code: "RESULT_FAILED_NON_RETRYABLE", reason: req.GetReason(), backoff: true}
 		if req.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {
@@ -197,7 +201,7 @@ func (e *Engine) failAttempt(ctx context.Context, tx *ledger.Tx, r *run, job *le
 	step.FailureClass, step.Reason = f.class, f.reason
 	attempt.FailureClass, attempt.Reason = f.class, f.reason
 	attempt.CompletedAt = now
-	if f.class == classRetryable && step.AttemptNo < step.MaxAttempts && r != nil && job.Status != ledger.JobCancelling {
+	if f.class == classRetryable && step.AttemptNo-step.RetryBase < step.MaxAttempts && r != nil && job.Status != ledger.JobCancelling {
 		node, _ := r.def.Node(step.NodeID)
 		attempt.Status = ledger.StepFailedRetry
 		setStepStatus(tx, step, ledger.StepFailedRetry, f.code, now)

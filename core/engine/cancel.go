@@ -71,8 +71,8 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 	return store.GetJob(ctx, jobID)
 }
 
-// cancelWaiting cancels the job's steps waiting for a retry at once: they are
-// not running, and their next attempt must not start. Their fan-out parents
+// cancelWaiting cancels the job's steps waiting for a retry or the next poll
+// at once: they are not running, and their next attempt must not start. Their fan-out parents
 // (in nodes, by step id) stop counting them as running.
 func cancelWaiting(ctx context.Context, tx *ledger.Tx, jobID string, nodes map[string]*ledger.Step, code string) error {
 	waiting, err := tx.CancelWaiting(ctx, jobID, code)
@@ -81,7 +81,7 @@ func cancelWaiting(ctx context.Context, tx *ledger.Tx, jobID string, nodes map[s
 	}
 	for _, w := range waiting {
 		tx.Append(ledger.Event{JobID: jobID, StepID: w.StepID, AttemptNo: w.AttemptNo, Type: ledger.EventStepStatusChanged,
-			FromStatus: string(ledger.StepFailedRetry), ToStatus: string(ledger.StepCancelled), Reason: code})
+			FromStatus: string(w.Status), ToStatus: string(ledger.StepCancelled), Reason: code})
 		if node := nodes[w.StepID]; node != nil {
 			node.Status = ledger.StepCancelled // keep the caller's view current
 		}

@@ -38,7 +38,7 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 			WorkflowID: req.RequestType, WorkflowVersion: req.WorkflowVersion, Status: ledger.JobQueued,
 			Routing: req.Routing, InputRef: req.InputRef, OutputRef: req.OutputRef, DocID: req.DocID,
 			CorrelationID: req.CorrelationID, CallbackURL: req.CallbackURL, OwnerID: owner, OwnerEpoch: 1,
-			ReplayOf: req.ReplayOf,
+			ReplayOf: req.ReplayOf, Notify: req.Notify,
 		}
 		def, inputs, problem := e.prepare(ctx, job, q.GetCommand().GetPayload().AsMap())
 		sla := e.cfg.DefaultSLA
@@ -133,6 +133,7 @@ func (e *Engine) initialSteps(ctx context.Context, tx *ledger.Tx, job *ledger.Jo
 		s.CreatedAt, s.UpdatedAt = time.Time{}, time.Time{}
 		kept := s.Status == ledger.StepSucceeded || s.Status == ledger.StepSkipped
 		if !kept {
+			s.RetryBase = s.AttemptNo // the replay's attempts get the full retry budget
 			s.Status, s.Output, s.Artifacts, s.FailureClass, s.Reason = ledger.StepPending, nil, nil, "", ""
 			s.StartedAt, s.CompletedAt = time.Time{}, time.Time{}
 		}

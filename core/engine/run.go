@@ -253,6 +253,13 @@ func finish(ctx context.Context, tx *ledger.Tx, job *ledger.Job, nodes map[strin
 		job.Reason = reason // keep a more specific reason already recorded (the failing step's)
 	}
 	setJobStatus(tx, job, status, code, now)
+	if job.Notify != "" {
+		msg, err := jobUpdate(job, lastTask(nodes), now)
+		if err != nil {
+			return err
+		}
+		tx.Enqueue(msg)
+	}
 	if job.CallbackURL != "" {
 		msg, err := completionMessage(job, now)
 		if err != nil {

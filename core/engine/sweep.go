@@ -123,7 +123,7 @@ func (e *Engine) ExpireAck(ctx context.Context, k ledger.AttemptKey) (Swept, err
 // ran out without a RESULT or heartbeat (LEASE_EXPIRED).
 func (e *Engine) ExpireLease(ctx context.Context, k ledger.AttemptKey) (Swept, error) {
 	return e.sweepStep(ctx, k, sweepRule{code: "LEASE_EXPIRED",
-		states: []ledger.StepStatus{ledger.StepInProgress, ledger.StepPolling},
+		states: []ledger.StepStatus{ledger.StepInProgress},
 		due: func(_ *ledger.Tx, a *ledger.Attempt, now time.Time) (bool, error) {
 			return !a.LeaseExpiresAt.IsZero() && now.After(a.LeaseExpiresAt), nil
 		},

@@ -13,12 +13,12 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
-	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at`
+	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify`
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
 	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
 	failure_class, reason, expanded, children_total, children_pending, children_running, children_succeeded,
-	children_failed, created_at, updated_at, started_at, completed_at`
+	children_failed, created_at, updated_at, started_at, completed_at, retry_base`
 
 	attemptColumns = `job_id, step_id, attempt_no, lease_id::text, status,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
@@ -47,15 +47,15 @@ const (
 	coalesce(j.reason, r.cancel_reason) AS reason, coalesce(j.result_ref, '') AS result_ref,
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
 	r.replay_of, j.deadline_at,
-	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at
+	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify
 	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
 )
 
 const (
 	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
-	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of, notify)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING received_at`
 
@@ -64,7 +64,7 @@ const (
 	sqlLockRequest = `SELECT job_id, tenant_id, coalesce(idempotency_key, ''), request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
-	cancel_requested_at, received_at, replay_of
+	cancel_requested_at, received_at, replay_of, notify
 	FROM requests WHERE job_id = $1 FOR UPDATE`
 
 	sqlCancelRequest = `UPDATE requests SET cancel_requested_at = coalesce(cancel_requested_at, now()),
@@ -79,9 +79,9 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at,
-	replay_of, deadline_at)
+	replay_of, deadline_at, notify)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22, $23, $24,
-	$25, $26)
+	$25, $26, $27)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING job_id)
 	UPDATE requests r SET claimed_at = now() FROM ins WHERE r.job_id = ins.job_id`
@@ -120,7 +120,7 @@ const (
 	sqlUpdateStep = `UPDATE steps SET status = $3, attempt_no = $4, lease_id = $5, params = $6, output = $7,
 	artifacts = $8, failure_class = $9, reason = $10, expanded = $11, children_total = $12,
 	children_pending = $13, children_running = $14, children_succeeded = $15, children_failed = $16,
-	started_at = $17, completed_at = $18, updated_at = now()
+	started_at = $17, completed_at = $18, retry_base = $19, updated_at = now()
 	WHERE job_id = $1 AND step_id = $2`
 
 	sqlAttempt = `SELECT ` + attemptColumns + ` FROM attempts WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
@@ -242,14 +242,16 @@ const (
 	sqlReplays = `SELECT job_id FROM requests WHERE replay_of = $1 ORDER BY received_at, job_id`
 
 	// sqlCancelWaiting closes the steps of a job that wait for a retry.
-	sqlCancelWaiting = `WITH s AS (
+	sqlCancelWaiting = `WITH w AS (
+		SELECT step_id, status FROM steps WHERE job_id = $1 AND status IN ('FAILED_RETRY', 'POLLING') FOR UPDATE),
+	s AS (
 		UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now()
-		WHERE job_id = $1 AND status = 'FAILED_RETRY'
-		RETURNING step_id, parent_step_id, attempt_no),
+		FROM w WHERE steps.job_id = $1 AND steps.step_id = w.step_id
+		RETURNING steps.step_id, steps.parent_step_id, steps.attempt_no, w.status AS was),
 	a AS (
 		UPDATE attempts a SET status = 'CANCELLED', completed_at = now()
-		FROM s WHERE a.job_id = $1 AND a.step_id = s.step_id AND a.attempt_no = s.attempt_no)
-	SELECT step_id, parent_step_id, attempt_no FROM s`
+		FROM s WHERE a.job_id = $1 AND a.step_id = s.step_id AND a.attempt_no = s.attempt_no AND a.completed_at IS NULL)
+	SELECT step_id, parent_step_id, attempt_no, was FROM s`
 
 	sqlAllSteps = `SELECT ` + stepColumns + ` FROM steps WHERE job_id = $1 ORDER BY step_index, child_index, step_id`
 
@@ -268,7 +270,7 @@ const (
 	sqlDueLeases = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
 	JOIN steps s ON s.job_id = a.job_id AND s.step_id = a.step_id AND s.attempt_no = a.attempt_no
 	WHERE a.acked_at IS NOT NULL AND a.completed_at IS NULL AND a.lease_expires_at < now()
-	  AND s.status IN ('IN_PROGRESS', 'POLLING')
+	  AND s.status = 'IN_PROGRESS'
 	ORDER BY a.lease_expires_at LIMIT $1`
 
 	sqlStuckDispatching = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
@@ -333,7 +335,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
-		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt)
+		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +354,7 @@ func scanStep(row pgx.Row) (Step, error) {
 	err := row.Scan(&s.JobID, &s.StepID, &s.NodeID, &s.Kind, &s.Parent, &s.ChildNo, &s.Index, &s.Type, &s.Service,
 		&s.Status, &s.AttemptNo, &s.LeaseID, &s.MaxAttempts, &ackMS, &params, &output, &artifacts,
 		&s.FailureClass, &s.Reason, &s.Expanded, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed,
-		&s.CreatedAt, &s.UpdatedAt, &started, &completed)
+		&s.CreatedAt, &s.UpdatedAt, &started, &completed, &s.RetryBase)
 	if err != nil {
 		return s, err
 	}

@@ -106,15 +106,17 @@ func (t *Tx) DirectiveCount(ctx context.Context, k AttemptKey) (int, error) {
 	return n, err
 }
 
-// CancelWaiting closes the job's steps waiting for a retry and returns them.
+// CancelWaiting closes the job's steps that wait without running (for a
+// retry, or POLLING for the next poll) and returns them, each with the
+// status it had.
 func (t *Tx) CancelWaiting(ctx context.Context, jobID, reason string) ([]Step, error) {
 	rows, err := t.tx.Query(ctx, sqlCancelWaiting, jobID, reason)
 	if err != nil {
 		return nil, fmt.Errorf("cancel waiting steps of %s: %w", jobID, err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) {
-		s := Step{JobID: jobID, Status: StepCancelled}
-		return s, row.Scan(&s.StepID, &s.Parent, &s.AttemptNo)
+		s := Step{JobID: jobID}
+		return s, row.Scan(&s.StepID, &s.Parent, &s.AttemptNo, &s.Status)
 	})
 }
 

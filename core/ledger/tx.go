@@ -21,6 +21,9 @@ type Tx struct {
 	outbox   []OutboxMessage
 }
 
+// SQL is the transaction for packages that keep their own tables in the ledger's database and must write them in the same transaction (runbook).
+func (t *Tx) SQL() pgx.Tx { return t.tx }
+
 // Append records audit events, written when the transaction commits.
 func (t *Tx) Append(events ...Event) { t.events = append(t.events, events...) }
 
@@ -34,7 +37,7 @@ func (t *Tx) LockRequest(ctx context.Context, jobID string) (*Request, time.Time
 	err := t.tx.QueryRow(ctx, sqlLockRequest, jobID).Scan(&r.JobID, &r.TenantID, &r.IdempotencyKey, &r.RequestHash,
 		&r.RequestType, &r.WorkflowVersion, &r.InputRef, &r.OutputRef, &r.DocID, &r.CorrelationID, &r.CallbackURL, &r.Command,
 		&r.Routing.Mode, &r.Routing.Partition, &r.Routing.RoutingKey, &r.Routing.Topic, &r.Routing.DecisionSource,
-		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt, &r.ReplayOf)
+		&r.Routing.DecisionReason, &cancelAt, &r.ReceivedAt, &r.ReplayOf, &r.Notify)
 	if isNoRows(err) {
 		return nil, time.Time{}, fmt.Errorf("request %s: %w", jobID, ErrNotFound)
 	}
@@ -71,7 +74,7 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 		j.Status, j.Routing.Mode, j.Routing.Partition, j.Routing.RoutingKey, j.Routing.Topic, j.Routing.DecisionSource,
 		j.Routing.DecisionReason, j.InputRef, j.OutputRef, j.DocID, j.CorrelationID, j.CallbackURL, jsonOrEmpty(j.Payload),
 		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt),
-		j.ReplayOf, nullTime(j.DeadlineAt))
+		j.ReplayOf, nullTime(j.DeadlineAt), j.Notify)
 	if err != nil {
 		return false, fmt.Errorf("insert job %s: %w", j.JobID, err)
 	}
@@ -183,12 +186,12 @@ func (t *Tx) InsertSteps(ctx context.Context, steps []Step) error {
 		rows[i] = []any{s.JobID, s.StepID, s.NodeID, s.Kind, s.Parent, s.ChildNo, s.Index, s.Type, s.Service,
 			string(s.Status), s.AttemptNo, nullUUID(s.LeaseID), s.MaxAttempts, s.AckTimeout.Milliseconds(),
 			jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.Expanded, c.Total, c.Pending, c.Running,
-			c.Succeeded, c.Failed, nullTime(s.CompletedAt)}
+			c.Succeeded, c.Failed, nullTime(s.CompletedAt), s.RetryBase}
 	}
 	_, err := t.tx.CopyFrom(ctx, pgx.Identifier{"steps"}, []string{"job_id", "step_id", "node_id", "kind",
 		"parent_step_id", "child_index", "step_index", "step_type", "service", "status", "attempt_no", "lease_id",
 		"max_attempts", "ack_timeout_ms", "params", "output", "artifacts", "expanded", "children_total",
-		"children_pending", "children_running", "children_succeeded", "children_failed", "completed_at"},
+		"children_pending", "children_running", "children_succeeded", "children_failed", "completed_at", "retry_base"},
 		pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("insert steps: %w", err)
@@ -205,7 +208,7 @@ func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
 	c := s.Children
 	tag, err := t.tx.Exec(ctx, sqlUpdateStep, s.JobID, s.StepID, s.Status, s.AttemptNo, nullUUID(s.LeaseID),
 		jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason, s.Expanded,
-		c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt))
+		c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt), s.RetryBase)
 	if err != nil {
 		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, err)
 	}

@@ -93,6 +93,11 @@ const (
 	// KindCompletion is the POST of a terminal job's {job_id, status, result_ref}
 	// to its callback_url; Destination holds the URL.
 	KindCompletion = "completion-callback"
+	// KindJobUpdate tells a job's notify topic that it ended or that a step
+	// reports POLLING (the runbook executor listens).
+	KindJobUpdate = "job-update"
+	// KindRunbookEvent is a scheduler event on orchestrator-events (seed 003).
+	KindRunbookEvent = "runbook-event"
 )
 
 // Routing is a pinned routing decision.
@@ -122,7 +127,10 @@ type Request struct {
 	Command         json.RawMessage // protojson of the envelope
 	Routing         Routing
 	// ReplayOf names the failed job this request replays.
-	ReplayOf   string
+	ReplayOf string
+	// Notify names a bus topic that gets a job-update message when the job
+	// ends or a step reports POLLING (jobs of the runbook executor).
+	Notify     string
 	ReceivedAt time.Time
 }
 
@@ -151,6 +159,8 @@ type Job struct {
 	CancelRequestedAt time.Time
 	// ReplayOf names the failed job this one replays.
 	ReplayOf string
+	// Notify is the request's job-update topic (see Request.Notify).
+	Notify string
 	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
 	DeadlineAt  time.Time
 	CreatedAt   time.Time
@@ -188,12 +198,15 @@ type Step struct {
 	ChildNo int    // a child's index
 	Index   int    // the node's position in the definition
 	// Type is the handler of a task or child, or the node type.
-	Type         string
-	Service      string
-	Status       StepStatus
-	AttemptNo    int
-	LeaseID      string
-	MaxAttempts  int
+	Type        string
+	Service     string
+	Status      StepStatus
+	AttemptNo   int
+	LeaseID     string
+	MaxAttempts int
+	// RetryBase: attempts up to this one do not count against MaxAttempts
+	// (the attempts of the job a replay replays, and those before a poll).
+	RetryBase    int
 	AckTimeout   time.Duration
 	Params       json.RawMessage // the rendered params sent as the directive's payload
 	Output       json.RawMessage

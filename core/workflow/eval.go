@@ -325,6 +325,16 @@ func (e *evaluator) scope() Scope {
 
 // renderParams renders a task's params in s; null values are left out.
 func renderParams(t *Task, s Scope) map[string]any {
+	if t.ParamsFrom != nil {
+		obj, _ := t.ParamsFrom.Render(s).(map[string]any)
+		out := make(map[string]any, len(obj))
+		for k, v := range obj {
+			if v != nil {
+				out[k] = v
+			}
+		}
+		return out
+	}
 	out := make(map[string]any, len(t.Params))
 	for k, tpl := range t.Params {
 		if v := tpl.Render(s); v != nil {

@@ -182,6 +182,27 @@ func TestEvaluateRendersParamsAndGathersInOrder(t *testing.T) {
 	}
 }
 
+// A task may take its whole payload from one object input (generated
+// workflows whose steps take arbitrary parameters); null values are left out.
+func TestWholeObjectParams(t *testing.T) {
+	t.Parallel()
+	d := mustParse(t, `workflow_id: whole
+version: 1
+inputs:
+  params: {type: object, required: true}
+nodes:
+  S: {type: start, next: a}
+  a: {type: task, handler: h, params: "{{ inputs.params }}", next: E}
+  E: {type: end}
+`)
+	in := map[string]any{"mailbox": "a@b.c", "n": 2.0, "gone": nil, "nested": map[string]any{"k": "v"}}
+	acts := Evaluate(d, State{Inputs: map[string]any{"params": in}})
+	want := map[string]any{"mailbox": "a@b.c", "n": 2.0, "nested": map[string]any{"k": "v"}}
+	if len(acts) < 2 || !reflect.DeepEqual(acts[1].Params, want) {
+		t.Fatalf("actions %+v", acts)
+	}
+}
+
 func TestOnFailurePathRunsAndJobStillFails(t *testing.T) {
 	t.Parallel()
 	d := mustParse(t, `workflow_id: comp

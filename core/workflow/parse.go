@@ -35,22 +35,22 @@ type rawInput struct {
 // rawNode holds every field any node type may have; which are allowed per
 // type is checked separately so an error can point at the offending key.
 type rawNode struct {
-	Type              string         `yaml:"type"`
-	Description       string         `yaml:"description"`
-	Next              yaml.Node      `yaml:"next"`
-	Handler           string         `yaml:"handler"`
-	Service           string         `yaml:"service"`
-	Queue             string         `yaml:"queue"` // seed 001's name for service
-	Params            map[string]any `yaml:"params"`
-	TimeoutSeconds    int            `yaml:"timeout_seconds"`
-	AckTimeoutSeconds int            `yaml:"ack_timeout_seconds"`
-	Retry             *rawRetry      `yaml:"retry"`
-	OnFailure         string         `yaml:"on_failure"`
-	ConditionField    string         `yaml:"condition_field"`
-	Branches          []rawBranch    `yaml:"branches"`
-	Over              string         `yaml:"over"`
-	MaxParallel       int            `yaml:"max_parallel"`
-	Task              *rawNode       `yaml:"task"`
+	Type              string      `yaml:"type"`
+	Description       string      `yaml:"description"`
+	Next              yaml.Node   `yaml:"next"`
+	Handler           string      `yaml:"handler"`
+	Service           string      `yaml:"service"`
+	Queue             string      `yaml:"queue"`  // seed 001's name for service
+	Params            any         `yaml:"params"` // a map of templates, or one template naming an object
+	TimeoutSeconds    int         `yaml:"timeout_seconds"`
+	AckTimeoutSeconds int         `yaml:"ack_timeout_seconds"`
+	Retry             *rawRetry   `yaml:"retry"`
+	OnFailure         string      `yaml:"on_failure"`
+	ConditionField    string      `yaml:"condition_field"`
+	Branches          []rawBranch `yaml:"branches"`
+	Over              string      `yaml:"over"`
+	MaxParallel       int         `yaml:"max_parallel"`
+	Task              *rawNode    `yaml:"task"`
 }
 
 type rawRetry struct {
@@ -318,18 +318,33 @@ func (p *parser) task(id string, rn *rawNode) *Task {
 	} else if t.Service == "" && p.catalog == nil {
 		p.nodeErr(id, "handler", "service is required")
 	}
-	keys := make([]string, 0, len(rn.Params))
-	for k := range rn.Params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		tpl, err := ParseTemplate(normalize(rn.Params[k]))
-		if err != nil {
-			p.nodeErr(id, "params", "param %s: %v", k, err)
-			continue
+	switch params := rn.Params.(type) {
+	case nil:
+	case string:
+		// The whole payload from one reference, e.g. "{{ inputs.params }}":
+		// for generated workflows whose steps take arbitrary parameters.
+		tpl, err := ParseTemplate(params)
+		if err != nil || tpl.Whole() == nil {
+			p.nodeErr(id, "params", "params must be a map, or one {{ reference }} to an object")
+			break
 		}
-		t.Params[k] = tpl
+		t.ParamsFrom = tpl
+	case map[string]any:
+		keys := make([]string, 0, len(params))
+		for k := range params {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			tpl, err := ParseTemplate(normalize(params[k]))
+			if err != nil {
+				p.nodeErr(id, "params", "param %s: %v", k, err)
+				continue
+			}
+			t.Params[k] = tpl
+		}
+	default:
+		p.nodeErr(id, "params", "params must be a map, or one {{ reference }} to an object")
 	}
 	t.Timeout = seconds(rn.TimeoutSeconds, DefaultTimeout)
 	t.AckTimeout = seconds(rn.AckTimeoutSeconds, DefaultAckTimeout)
@@ -565,6 +580,9 @@ func (p *parser) templates() {
 		if n.Task != nil {
 			for _, t := range n.Task.Params {
 				check(n, "params", t, n.Type == TypeFanOut)
+			}
+			if n.Task.ParamsFrom != nil {
+				check(n, "params", n.Task.ParamsFrom, n.Type == TypeFanOut)
 			}
 		}
 	}

@@ -80,6 +80,9 @@ func TestParseRejectsInvalidDefinitions(t *testing.T) {
 		{"bad default", validHead + "inputs:\n  n: {type: integer, default: many}\nnodes:\n  s: {type: start, next: e}\n  e: {type: end}\n", "input n: default must be an integer"},
 		{"bad workflow id", "workflow_id: 9w\nversion: 1\nnodes:\n  s: {type: start, next: e}\n  e: {type: end}\n", "w.yaml:1:1: workflow_id \"9w\""},
 		{"bad retry", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, retry: {backoff: linear}, next: e}\n  e: {type: end}\n", "retry.backoff \"linear\" must be fixed or exponential"},
+		{"params a plain string", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: \"all of it\", next: e}\n  e: {type: end}\n", "params must be a map, or one {{ reference }} to an object"},
+		{"params a list", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: [1, 2], next: e}\n  e: {type: end}\n", "params must be a map, or one {{ reference }} to an object"},
+		{"whole params from an undeclared input", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: \"{{ inputs.p }}\", next: e}\n  e: {type: end}\n", "refers to undeclared input \"p\""},
 		{"on_failure to unknown", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, on_failure: cleanup, next: e}\n  e: {type: end}\n", "on_failure names unknown node \"cleanup\""},
 	}
 	catalog := builtinCatalog(t)

@@ -190,6 +190,15 @@ func parsePath(s string) ([]PathElem, error) {
 	return out, nil
 }
 
+// Whole is the reference a template that is exactly one {{ reference }}
+// consists of, or nil.
+func (t *Template) Whole() *Ref {
+	if t == nil || t.kind != kindString {
+		return nil
+	}
+	return t.whole
+}
+
 // Refs lists every reference in the template.
 func (t *Template) Refs() []*Ref {
 	if t == nil {

@@ -95,7 +95,10 @@ type Task struct {
 	// Service is the platform service that owns the handler, e.g. ocr.
 	Service string
 	// Params are templates rendered into the directive's payload.
-	Params     map[string]*Template
+	Params map[string]*Template
+	// ParamsFrom, when set instead, is one reference whose object value is
+	// the whole payload (e.g. "{{ inputs.params }}").
+	ParamsFrom *Template
 	Timeout    time.Duration
 	AckTimeout time.Duration
 	Retry      Retry

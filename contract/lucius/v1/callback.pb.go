@@ -32,6 +32,11 @@ const (
 	ResultStatus_RESULT_STATUS_UNSPECIFIED ResultStatus = 0
 	ResultStatus_RESULT_STATUS_SUCCEEDED   ResultStatus = 1
 	ResultStatus_RESULT_STATUS_FAILED      ResultStatus = 2
+	// The work goes on elsewhere (e.g. a mailbox move): the step waits in
+	// POLLING with its attempt closed (no lease runs) until Lucius checks again
+	// (for runbooks, the scheduler's poll-check), which dispatches the next
+	// attempt. Polls do not count against the step's retry attempts.
+	ResultStatus_RESULT_STATUS_POLLING ResultStatus = 3
 )
 
 // Enum value maps for ResultStatus.
@@ -40,11 +45,13 @@ var (
 		0: "RESULT_STATUS_UNSPECIFIED",
 		1: "RESULT_STATUS_SUCCEEDED",
 		2: "RESULT_STATUS_FAILED",
+		3: "RESULT_STATUS_POLLING",
 	}
 	ResultStatus_value = map[string]int32{
 		"RESULT_STATUS_UNSPECIFIED": 0,
 		"RESULT_STATUS_SUCCEEDED":   1,
 		"RESULT_STATUS_FAILED":      2,
+		"RESULT_STATUS_POLLING":     3,
 	}
 )
 
@@ -734,11 +741,12 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
 	"stepStatus\x123\n" +
 	"\n" +
-	"job_status\x18\x03 \x01(\x0e2\x14.lucius.v1.JobStatusR\tjobStatus*d\n" +
+	"job_status\x18\x03 \x01(\x0e2\x14.lucius.v1.JobStatusR\tjobStatus*\x7f\n" +
 	"\fResultStatus\x12\x1d\n" +
 	"\x19RESULT_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RESULT_STATUS_SUCCEEDED\x10\x01\x12\x18\n" +
-	"\x14RESULT_STATUS_FAILED\x10\x02*k\n" +
+	"\x14RESULT_STATUS_FAILED\x10\x02\x12\x19\n" +
+	"\x15RESULT_STATUS_POLLING\x10\x03*k\n" +
 	"\fFailureClass\x12\x1d\n" +
 	"\x19FAILURE_CLASS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17FAILURE_CLASS_RETRYABLE\x10\x01\x12\x1f\n" +

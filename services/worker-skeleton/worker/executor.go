@@ -37,4 +37,10 @@ type Outcome struct {
 	// artifact: the next step's input_ref, and on the final step the content
 	// copied to output_ref.
 	Artifacts []*luciusv1.ArtifactRef
+	// Polling says the work goes on elsewhere (a long external operation you
+	// started and will check): the RESULT is POLLING, Output carries the
+	// progress, and Lucius sends a new directive for the step when it is time
+	// to check again (runbook poll steps). Such an attempt records no effect
+	// and writes no output_ref.
+	Polling bool
 }

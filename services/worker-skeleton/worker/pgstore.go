@@ -140,7 +140,11 @@ func (s *PGStore) Finish(ctx context.Context, key Key, workerID string, result *
 	}
 	status := "SUCCEEDED"
 	var class *string
-	if result.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+	switch result.GetStatus() {
+	case luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED:
+	case luciusv1.ResultStatus_RESULT_STATUS_POLLING:
+		status = "POLLING"
+	default:
 		status = "FAILED"
 		c := "NON_RETRYABLE"
 		if result.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {

@@ -494,7 +494,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			// step, so output_ref is not this attempt's to write.
 			return nil, true
 		}
-		if err == nil && d.GetFinalStep() {
+		if err == nil && d.GetFinalStep() && !out.Polling {
 			if len(out.Artifacts) == 0 {
 				log.WarnContext(ctx, "final step produced no artifact; output_ref not written")
 			} else if final, ferr := writeFinalOutput(d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
@@ -507,6 +507,9 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 	res := r.newResult(d, started)
 	if err == nil {
 		res.Status, res.Artifacts = luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, out.Artifacts
+		if out.Polling {
+			res.Status = luciusv1.ResultStatus_RESULT_STATUS_POLLING
+		}
 		res.FinishTime = timestamppb.Now()
 		if out.Output != nil {
 			s, serr := structpb.NewStruct(out.Output)
@@ -614,6 +617,9 @@ func (r *Runner) deliverResult(ctx context.Context, rcv bus.Receiver, m *bus.Rec
 			log.InfoContext(ctx, "RESULT recorded but not applied: another attempt owns the step", telemetry.KeyOutcome, outcome.String())
 		case res.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED:
 			r.count(ctx, "succeeded")
+			log.DebugContext(ctx, "RESULT delivered", telemetry.KeyOutcome, outcome.String())
+		case res.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_POLLING:
+			r.count(ctx, "polling")
 			log.DebugContext(ctx, "RESULT delivered", telemetry.KeyOutcome, outcome.String())
 		default:
 			r.count(ctx, "failed")

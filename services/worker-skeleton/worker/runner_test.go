@@ -903,3 +903,41 @@ func TestRunnerInjectedSleepHonoursShutdown(t *testing.T) {
 		t.Errorf("delivery count = %d, want 2 (abandoned for redelivery)", m.DeliveryCount)
 	}
 }
+
+// An executor that reports Polling answers RESULT POLLING with its progress,
+// commits no effect and writes no output_ref; the step's next directive (a
+// poll) runs it again, and the attempt that finishes commits the effect.
+func TestRunnerReportsPollingWithoutAnEffect(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var runs counter
+	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+		if runs.inc(); runs.get() == 1 {
+			return worker.Outcome{Polling: true, Output: map[string]any{"percent": 40}}, nil
+		}
+		return worker.Outcome{Output: map[string]any{"percent": 100}}, nil
+	}))
+	first := e.directive(e.writeInput("in.txt", []byte("move\n")))
+	first.FinalStep = true
+	e.publish(first, msgID(first, ""), nil)
+	e.waitFor("polling RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	poll := proto.Clone(first).(*luciusv1.Directive)
+	poll.AttemptNo, poll.LeaseId = 2, uuid.NewString()
+	e.publish(poll, msgID(poll, ""), nil)
+	e.waitFor("final RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 2 })
+	e.stop()
+	e.assertSettled()
+
+	_, results := e.orch.calls()
+	if results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_POLLING ||
+		results[0].GetOutput().GetFields()["percent"].GetNumberValue() != 40 || len(results[0].GetArtifacts()) != 0 {
+		t.Errorf("first RESULT = %v, want POLLING with its progress", results[0])
+	}
+	if results[1].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		t.Errorf("second RESULT = %v, want SUCCEEDED", results[1])
+	}
+	effects := e.effects(first.GetJobId())
+	if len(effects) != 1 || effects[0].attemptNo != 2 {
+		t.Errorf("worker_effects = %+v, want one, of attempt 2", effects)
+	}
+}

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
+)
+
+// poll records a RESULT POLLING: the work goes on elsewhere, so the attempt
+// ends and the step waits in POLLING, without a lease, until Repoll starts
+// the next attempt. Its output (progress) is kept on the step; the job's
+// notify topic hears of it.
+func (e *Engine) poll(ctx context.Context, tx *ledger.Tx, job *ledger.Job, step *ledger.Step, attempt *ledger.Attempt,
+	req *luciusv1.ResultRequest, now time.Time) error {
+	if req.GetOutput() != nil {
+		out, err := protojson.Marshal(req.GetOutput())
+		if err != nil {
+			return err
+		}
+		if len(out) > e.cfg.OutputLimit {
+			return fmt.Errorf("%s: a POLLING output of %d bytes is over the %d-byte limit", ReasonOutputTooLarge, len(out), e.cfg.OutputLimit)
+		}
+		step.Output, attempt.Progress = json.RawMessage(out), json.RawMessage(out)
+	}
+	step.Reason = req.GetReason()
+	attempt.Status = ledger.StepPolling
+	setStepStatus(tx, step, ledger.StepPolling, "RESULT_POLLING", now)
+	if err := writeStep(ctx, tx, step, attempt); err != nil {
+		return err
+	}
+	if job.Notify == "" {
+		return nil
+	}
+	msg, err := jobUpdate(job, step, now)
+	if err != nil {
+		return err
+	}
+	tx.Enqueue(msg)
+	return nil
+}
+
+// Repoll dispatches the next attempt of a step waiting in POLLING (a
+// runbook's poll-check): same pinned routing, a new lease. The poll does not
+// count against the step's retry attempts. Nothing happens (Applied false)
+// when the step is not POLLING any more or the job ended.
+func (e *Engine) Repoll(ctx context.Context, jobID, stepID string) (Swept, error) {
+	var out Swept
+	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
+		out = Swept{}
+		now := e.cfg.Now()
+		job, err := tx.LockJob(ctx, jobID)
+		if err != nil || job.Status.Terminal() {
+			return err
+		}
+		step, err := tx.LockStep(ctx, jobID, stepID)
+		if err != nil || step.Status != ledger.StepPolling {
+			return err
+		}
+		r, err := e.open(ctx, tx, job, now)
+		if err != nil {
+			return err
+		}
+		if node, ok := r.nodes[step.NodeID]; ok && step.Kind != ledger.KindChild {
+			step = node
+		}
+		step.RetryBase = step.AttemptNo
+		if err := r.newAttempt(ctx, step, now, "REPOLL"); err != nil {
+			return err
+		}
+		out = Swept{Applied: true, Outcome: "REDISPATCHED"}
+		return tx.UpdateJob(ctx, job)
+	})
+	return out, err
+}
