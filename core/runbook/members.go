@@ -319,10 +319,20 @@ func (s *Store) CurrentMembers(ctx context.Context, q Querier, table string, bat
 // Member returns a current member by key; ErrNotFound when there is no
 // current member with that key.
 func (s *Store) Member(ctx context.Context, q Querier, table, key string) (Member, error) {
+	return s.member(ctx, q, table, key, ` AND _is_current`)
+}
+
+// LastKnownMember reads a member's data whether or not the data source still
+// returns it: what on_member_removed steps resolve against.
+func (s *Store) LastKnownMember(ctx context.Context, q Querier, table, key string) (Member, error) {
+	return s.member(ctx, q, table, key, "")
+}
+
+func (s *Store) member(ctx context.Context, q Querier, table, key, filter string) (Member, error) {
 	if err := checkDataTable(table); err != nil {
 		return Member{}, err
 	}
-	rows, err := s.querier(q).Query(ctx, `SELECT * FROM `+quote(table)+` WHERE _member_key = $1 AND _is_current`, key)
+	rows, err := s.querier(q).Query(ctx, `SELECT * FROM `+quote(table)+` WHERE _member_key = $1`+filter, key)
 	if err != nil {
 		return Member{}, fmt.Errorf("member %q of %s: %w", key, table, err)
 	}
