@@ -18,9 +18,10 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }
+func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, runbook.Migrations) }
 
 type syncBuffer struct {
 	mu sync.Mutex

@@ -3,6 +3,8 @@
 // ownership, reclaiming orphans of silent instances) and dispatches its first
 // step. Every instance serves the CallbackService: ACK and RESULT move steps on
 // and dispatch the next one, each in one ledger transaction (package engine).
+// Instances also compete for the orchestrator-events subscription: the runbook
+// executor carries out the scheduler's events (seed 003) through jobs.
 package orchestrator
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -45,6 +48,8 @@ type Config struct {
 	JobConcurrency  int
 	Ownership       OwnershipConfig
 	BusPollInterval time.Duration // default: pgbus's
+	// Now is the runbook executor's clock (default time.Now; tests compress time).
+	Now func() time.Time
 }
 
 // Validate reports missing settings.
@@ -77,7 +82,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations,
+		runbook.Migrations)
 	if err != nil {
 		return err
 	}
@@ -152,11 +158,22 @@ func Run(ctx context.Context, cfg Config) error {
 		ep.Close()
 		return err
 	}
+	events, err := b.NewReceiver(ctx, bus.SubscriptionSource(topology.TopicOrchestratorEvents, topology.SubscriptionOrchestrator))
+	if err != nil {
+		ep.Close()
+		return err
+	}
+	executor, err := newRunbookExecutor(store, eng, workflows, events, cfg.Now, log)
+	if err != nil {
+		ep.Close()
+		return err
+	}
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){
 		consumer.run,
 		owned.run,
+		executor.run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(loops) }()
@@ -165,6 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stopLoops()
 		wg.Wait()
 		receiver.Close(context.Background()) //nolint:errcheck
+		events.Close(context.Background())   //nolint:errcheck
 	}()
 
 	log.Info("orchestrator serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
