@@ -59,26 +59,26 @@ func setBatchStatus(ctx context.Context, tx *ledger.Tx, b *batchRow, status stri
 // execRow is a step or init execution: one unit of runbook work, run as one
 // Lucius job.
 type execRow struct {
-	Table     string // runbook.TableSteps or runbook.TableInit
-	ID        int64
-	BatchID   int64
-	PhaseID   int64 // 0: init and removal steps
-	MemberID  int64 // 0: init steps
-	Kind      string
-	ParentID  int64
-	StepName  string
-	StepIndex int
-	Version   int // init rows only; steps take their phase's or batch's
-	WorkerID  string
-	Function  string
-	Params    json.RawMessage
-	Status    string
-	JobID     string
-	IsPoll    bool
+	Table       string // runbook.TableSteps or runbook.TableInit
+	ID          int64
+	BatchID     int64
+	PhaseID     int64 // 0: init and removal steps
+	MemberID    int64 // 0: init steps
+	Kind        string
+	ParentID    int64
+	StepName    string
+	StepIndex   int
+	Version     int // init rows only; steps take their phase's or batch's
+	WorkerID    string
+	Function    string
+	Params      json.RawMessage
+	Status      string
+	JobID       string
+	IsPoll      bool
 	PollTimeout int
 	PollStarted time.Time
-	PollCount int
-	OnFailure string
+	PollCount   int
+	OnFailure   string
 }
 
 // terminal reports whether the row's work is over.
