@@ -41,7 +41,7 @@ type Config struct {
 	Orchestrators int // default 2
 	// Workers lists the worker processes, each a service or a comma-separated
 	// list of services one process serves. Default: ocr, embedding, sis, and
-	// raster,tiles (the example workflows' services).
+	// raster,tiles,demo (the example workflows' services and the runbook demo pool).
 	Workers []string
 	// Env is added to every process (timings, log level, worker settings).
 	Env map[string]string
@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Orchestrators = 2
 	}
 	if cfg.Workers == nil {
-		cfg.Workers = []string{"ocr", "embedding", "sis", "raster,tiles"}
+		cfg.Workers = []string{"ocr", "embedding", "sis", "raster,tiles,demo"}
 	}
 	if cfg.Output == nil {
 		cfg.Output = io.Discard

@@ -41,6 +41,9 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
 		return cfg, err
 	}
+	if cfg.Now, err = process.Clock(e); err != nil { // runbook time (compressed in tests)
+		return cfg, err
+	}
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
 	return cfg, nil
 }

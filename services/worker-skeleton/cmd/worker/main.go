@@ -31,6 +31,7 @@ import (
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/runbookdemo"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/tiles"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
@@ -45,6 +46,8 @@ var executors = map[string]worker.Executor{
 	"sis":       sis.Executor{},
 	"raster":    raster.NewExecutor(),
 	"tiles":     tiles.NewExecutor(),
+	// The demo pool for runbooks: any function, behaving as its params say.
+	runbookdemo.Service: runbookdemo.Executor{},
 }
 
 func main() {
