@@ -88,6 +88,7 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/worker ./services/worker-skeleton/cmd/worker
 	$(GO) build -o $(BIN)/lucius-up ./tools/cmd/lucius-up
 	$(GO) build -o $(BIN)/lucius-bench ./tools/cmd/lucius-bench
+	$(GO) build -o $(BIN)/lucius-members ./tools/cmd/lucius-members
 	$(GO) build -o $(BIN)/lucius-chaos ./tools/cmd/lucius-chaos
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
@@ -106,6 +107,20 @@ bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and s
 .PHONY: chaos
 chaos: build ## SIGKILL and restart processes (and PostgreSQL once) under 500 three-step jobs, check the ledger, print the report
 	$(BIN)/lucius-chaos -bin $(BIN) $(CHAOS_FLAGS)
+
+# make members RUNBOOK=contoso-mailbox-migration CSV=members.csv [VERSION=3] [REPLACE=1] [GATEWAY=host:port]
+RUNBOOK ?=
+CSV     ?=
+VERSION ?= 0
+REPLACE ?=
+GATEWAY ?= 127.0.0.1:9090
+.PHONY: members
+members: ## load a runbook's member data from a CSV: RUNBOOK=name CSV=file [VERSION=n] [REPLACE=1] [GATEWAY=host:port]
+	@if [ -z "$(RUNBOOK)" ] || [ -z "$(CSV)" ]; then \
+		echo "usage: make members RUNBOOK=<name> CSV=<file.csv> [VERSION=<n>, 0: active] [REPLACE=1] [GATEWAY=127.0.0.1:9090]"; exit 2; fi
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/lucius-members ./tools/cmd/lucius-members
+	$(BIN)/lucius-members -gateway '$(GATEWAY)' -runbook '$(RUNBOOK)' -version '$(VERSION)' $(if $(filter 1 true yes,$(REPLACE)),-replace) '$(CSV)'
 
 .PHONY: clean
 clean: ## remove build outputs and the local cluster

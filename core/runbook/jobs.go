@@ -40,8 +40,8 @@ func Handler(s Step) workflow.HandlerInfo {
 }
 
 // Workflow returns the id and YAML of the generated workflow a step's
-// dispatches run. Steps with the same worker pool, function and timeouts
-// share one. The id fits the request type pattern (^[A-Za-z][A-Za-z0-9_]{0,63}$).
+// dispatches run. Steps with the same worker pool, function, timeout and
+// poll settings share one. The id fits the request type pattern (^[A-Za-z][A-Za-z0-9_]{0,63}$).
 func Workflow(s Step) (id string, source []byte) {
 	id = workflowID(s)
 	var b strings.Builder
@@ -63,19 +63,18 @@ func Workflow(s Step) (id string, source []byte) {
 	return id, []byte(b.String())
 }
 
+// workflowID names a step's generated workflow: readable (the pool and the
+// function), and exact: a hash of the settings that shape it keeps two steps
+// whose names read alike (send.email, send_email) apart.
 func workflowID(s Step) string {
+	settings := fmt.Sprintf("%s\x00%s\x00%d\x00%t\x00%d", s.WorkerID, s.Function, s.TimeoutSeconds, s.IsPollStep, s.PollTimeoutSec)
+	sum := sha256.Sum256([]byte(settings))
+	suffix := "_" + hex.EncodeToString(sum[:4])
 	id := "RB_" + idPart(s.WorkerID) + "_" + idPart(s.Function)
-	if s.TimeoutSeconds > 0 {
-		id += fmt.Sprintf("_t%d", s.TimeoutSeconds)
+	if len(id)+len(suffix) > 64 {
+		id = id[:64-len(suffix)]
 	}
-	if s.IsPollStep {
-		id += fmt.Sprintf("_p%d", s.PollTimeoutSec)
-	}
-	if len(id) <= 64 {
-		return id
-	}
-	sum := sha256.Sum256([]byte(id))
-	return id[:55] + "_" + hex.EncodeToString(sum[:4])
+	return id + suffix
 }
 
 // idPart keeps the characters a workflow id allows.

@@ -18,6 +18,8 @@ func TestGeneratedWorkflowsParse(t *testing.T) {
 		{Name: "b", WorkerID: "mail-er", Function: "send.email", TimeoutSeconds: 90},
 		{Name: "c", WorkerID: "exchange", Function: "start_mailbox_move", IsPollStep: true, PollIntervalSec: 60, PollTimeoutSec: 86400},
 		{Name: "d", WorkerID: strings.Repeat("w", 60), Function: strings.Repeat("F", 64), TimeoutSeconds: 3600, IsPollStep: true, PollTimeoutSec: 7},
+		{Name: "e", WorkerID: "mail-er", Function: "send_email", TimeoutSeconds: 90}, // reads like b's
+		{Name: "f", WorkerID: "mail", Function: "er_send.email", TimeoutSeconds: 90}, // RB_mail_er_send_email... too
 	}
 	seen := map[string]bool{}
 	for _, s := range tests {

@@ -1,5 +1,6 @@
-// Command gateway runs Lucius's ingress: the CommandService and JobService over
-// gRPC and REST. Configuration comes from the environment; see README.md.
+// Command gateway runs Lucius's ingress: the CommandService, JobService,
+// WorkflowService, RunbookService and the other APIs over gRPC and REST.
+// Configuration comes from the environment; see README.md.
 package main
 
 import (

@@ -3,10 +3,12 @@
 // ref policy), derives deterministic job ids, stores each accepted command with
 // its orchestrator-jobs message in one transaction and answers 202 with the job
 // id, or refuses it at an admission limit (429). It serves the job API (get,
-// list, steps, events, cancel, replay), dead letters and the live
-// configuration (ConfigService) from PostgreSQL,
-// over gRPC and REST (grpc-gateway, dialed through the gRPC endpoint so REST
-// calls pass the same interceptors).
+// list, steps, events, cancel, replay), dead letters, workflow definitions,
+// the live configuration (ConfigService) and runbooks (RunbookService: apply a
+// version and register its steps' handlers and generated workflows, load
+// member data, read batches with their phase and init executions) from
+// PostgreSQL, over gRPC and REST (grpc-gateway, dialed through the gRPC
+// endpoint so REST calls pass the same interceptors).
 package gateway
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
@@ -50,7 +53,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations, runbook.Migrations)
 	if err != nil {
 		return err
 	}
@@ -83,11 +86,13 @@ func Run(ctx context.Context, cfg Config) error {
 	luciusv1.RegisterWorkflowServiceServer(ep.GRPC, &workflowService{reg: workflows, log: log})
 	luciusv1.RegisterDeadLetterServiceServer(ep.GRPC, &deadLetterService{store: store, log: log})
 	luciusv1.RegisterConfigServiceServer(ep.GRPC, &configService{watcher: live, log: log})
+	luciusv1.RegisterRunbookServiceServer(ep.GRPC, &runbookService{store: runbook.NewStore(pool), reg: workflows, log: log})
 	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterDeadLetterServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterConfigServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterConfigServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterRunbookServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}
