@@ -206,6 +206,21 @@ func (s *Store) Active(ctx context.Context) ([]*StoredRunbook, error) {
 	return s.list(ctx, `WHERE is_active ORDER BY name`)
 }
 
+// ActiveIDs returns the ids of the active versions, by name, without loading
+// them: a caller that must go on when one stored version fails to load
+// (GetByID) lists them this way.
+func (s *Store) ActiveIDs(ctx context.Context) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM runbooks WHERE is_active ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list active runbooks: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list active runbooks: %w", err)
+	}
+	return ids, nil
+}
+
 func (s *Store) list(ctx context.Context, tail string) ([]*StoredRunbook, error) {
 	rows, err := s.pool.Query(ctx, selectRunbook+tail)
 	if err != nil {

@@ -125,6 +125,9 @@ func TestApplyIsIdempotentAndVersionsAreImmutable(t *testing.T) {
 	if err != nil || len(actives) != 2 || actives[0].ID != other.ID || actives[1].ID != v4.ID {
 		t.Fatalf("Active = %+v, %v", actives, err)
 	}
+	if ids, err := f.store.ActiveIDs(f.ctx); err != nil || !reflect.DeepEqual(ids, []int64{other.ID, v4.ID}) {
+		t.Fatalf("ActiveIDs = %v, %v, want [%d %d]", ids, err, other.ID, v4.ID)
+	}
 	// Applying a stored version again makes it the active one (a rollback).
 	back, created, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Move mailboxes."))
 	if err != nil || created || !back.Active || back.ID != first.ID {

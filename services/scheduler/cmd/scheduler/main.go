@@ -22,8 +22,17 @@ func main() {
 func configure(e *env.Reader) (scheduler.Config, error) {
 	cfg := scheduler.Config{
 		Service: process.ReadService(e, "scheduler", "127.0.0.1:9094", "127.0.0.1:8084", 10),
+		// Time between rounds (default 1s) and rows each stage handles per
+		// runbook and round (default 500).
+		Tick:  e.Duration("LUCIUS_SCHEDULER_TICK", 0),
+		Batch: e.Int("LUCIUS_SCHEDULER_BATCH", 0),
 	}
 	var err error
-	cfg.Topology, err = topology.ConfigFromEnv(e)
+	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
+		return cfg, err
+	}
+	// Runbook time: real, or compressed for tests and demos (the executor in
+	// the orchestrators reads the same settings).
+	cfg.Now, err = process.Clock(e)
 	return cfg, err
 }

@@ -1,18 +1,54 @@
-// Package scheduler is the time service of Lucius: runbook batches, members
-// and phases due at offsets from a batch start, emitting the five orchestrator
-// events of seed 003 on the orchestrator-events topic. This version is the
-// running, healthy skeleton: it connects to the database and the bus, declares
-// the topology it publishes to, and serves health; it has no runbooks yet.
+// Package scheduler is the time service of Lucius: it turns runbook versions
+// and their member data (package runbook) into batches, members and phases
+// due at offsets from a batch's start, and emits the five orchestrator events
+// of seed 003 on the orchestrator-events topic.
+//
+// Every tick (Config.Tick) it works through each active runbook version:
+//
+//  1. Version transitions: a live batch governed by another version of the
+//     runbook moves to the active one, once member data was loaded for it
+//     (an empty member table would remove every member). The old version's
+//     pending phases are skipped; the new version's phases are created due
+//     at start + offset, those overdue pending (overdue_behavior rerun: due
+//     at once) or skipped (ignore). With rerun_init the new version's init
+//     steps run again (batch-init).
+//  2. Batch detection: a batch time of the current members with no batch yet
+//     becomes a batch with its members and a pending execution of every
+//     phase; with init steps, init executions and batch-init (the batch waits
+//     in init_dispatched for the orchestrator), else the batch is active.
+//  3. Member changes of batches in init_dispatched or active: member-added
+//     for a member the data has and the batch lacks, member-removed for one
+//     it no longer has with the batch's time.
+//  4. Due phases of active batches: step executions pre-created for every
+//     active member with rendered params (failed, with the error, for a
+//     member whose params do not render), the phase dispatched, phase-due.
+//
+// and then emits poll-check for polling step and init executions whose
+// interval has passed since they were last polled.
+//
+// Events go through the ledger outbox in the transaction of the row change
+// that decided them; the reconciler's dispatcher publishes them. Any number
+// of schedulers may run: batches are claimed with FOR NO KEY UPDATE SKIP
+// LOCKED, phases and polling rows with FOR UPDATE SKIP LOCKED, inserts are
+// ON CONFLICT and updates conditional, and message ids are derived from the
+// fact, so no fact is emitted twice. The clock is injected (Config.Now) and
+// passed to SQL, so tests run compressed time.
 package scheduler
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -23,12 +59,52 @@ type Config struct {
 	process.Service
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
+	// Tick is the time between rounds (default 1s).
+	Tick time.Duration
+	// Batch bounds the rows each stage handles per runbook and tick: batches
+	// moved or detected, batches with member changes and members added or
+	// removed per batch, phases dispatched, polling rows checked (default 500).
+	Batch int
+	// Now is the clock every due decision uses (default time.Now).
+	Now func() time.Time
+	// QueryTimeout bounds each transaction (default 30s).
+	QueryTimeout time.Duration
 }
 
-// Validate reports missing settings.
-func (c *Config) Validate() error { return c.Service.Validate() }
+// Validate reports missing or invalid settings.
+func (c *Config) Validate() error {
+	return errors.Join(c.Service.Validate(), c.validateScheduling())
+}
 
-func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9094", "127.0.0.1:8084", 10) }
+func (c *Config) validateScheduling() error {
+	var errs []error
+	if c.Tick < 0 {
+		errs = append(errs, errors.New("scheduler: Tick must not be negative"))
+	}
+	if c.Batch < 0 {
+		errs = append(errs, errors.New("scheduler: Batch must not be negative"))
+	}
+	if c.QueryTimeout < 0 {
+		errs = append(errs, errors.New("scheduler: QueryTimeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) defaults() {
+	c.Service.Defaults("127.0.0.1:9094", "127.0.0.1:8084", 10)
+	if c.Tick == 0 {
+		c.Tick = time.Second
+	}
+	if c.Batch == 0 {
+		c.Batch = 500
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = 30 * time.Second
+	}
+}
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
@@ -36,29 +112,51 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
+	log := cfg.Logger
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
+		ledger.Migrations, pgbus.Migrations, config.Migrations, runbook.Migrations)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	// The live configuration: this process reports the revision it applies.
-	live, err := config.Watch(ctx, pool, 0, cfg.Logger)
+	live, err := config.Watch(ctx, pool, 0, log)
 	if err != nil {
 		return err
 	}
 	defer live.Close()
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: cfg.Logger})
+	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
 	if err != nil {
 		return err
 	}
 	defer b.Close(context.Background()) //nolint:errcheck
+	// The topic exists before the first event the dispatcher publishes to it.
 	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger)
+	store := ledger.New(pool, log)
+	defer store.Close()
+	sched, err := New(store, runbook.NewStore(pool), cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info("scheduler serving (no runbooks yet)", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr())
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	if err != nil {
+		return err
+	}
+
+	// A tick cut short by shutdown rolls back: nothing half-done is kept.
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// Failures are logged and counted by the tick; the next one tries again.
+		loop.Every(loopCtx, cfg.Tick, true, func(ctx context.Context) { _ = sched.Tick(ctx) })
+	}()
+	defer func() { stopLoop(); wg.Wait() }()
+
+	log.Info("scheduler serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
+		slog.Duration("tick", cfg.Tick), slog.Int("batch", cfg.Batch))
 	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
 }

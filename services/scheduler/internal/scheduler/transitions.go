@@ -1,0 +1,180 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lucius-platform/lucius/core/runbook"
+)
+
+// transitions moves the live batches of the version's runbook that another
+// version governs to this (the active) one, a transaction per batch; then,
+// for an ignore version, records that its overdue phases were dealt with.
+func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.StoredRunbook) error {
+	ids, err := collectIDs(s.store.Pool().Query(ctx, sqlTransitionCandidates, sr.Runbook.Name, sr.ID, liveStatuses, s.batch))
+	if err != nil {
+		err = fmt.Errorf("find batches to move to %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
+		s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
+		return err
+	}
+	if len(ids) > 0 {
+		// A version applied a moment ago has an empty member table until its
+		// data is loaded. Moving batches to it now would remove every member
+		// (member-removed, removal steps); they wait for the first load.
+		loaded, err := hasMemberData(ctx, s.store.Pool(), sr.DataTable)
+		if err != nil {
+			err = fmt.Errorf("member data of %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
+			s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
+			return err
+		}
+		if !loaded {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "live batches wait for the member data of the active version",
+				append(runbookAttrs(sr), slog.Int("batches", len(ids)))...)
+			return nil
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := s.transition(ctx, now, sr, id); err != nil {
+			err = fmt.Errorf("move batch %d to %s v%d: %w", id, sr.Runbook.Name, sr.Runbook.Version, err)
+			s.failed(ctx, stageTransition, err, batchAttrs(sr, id)...)
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 || sr.Runbook.OverdueBehavior != runbook.OverdueIgnore || sr.IgnoreOverdueApplied {
+		return errors.Join(errs...)
+	}
+	tag, err := s.store.Pool().Exec(ctx, sqlIgnoreApplied, sr.ID, sr.Runbook.Name, liveStatuses)
+	if err != nil {
+		err = fmt.Errorf("mark ignore applied for %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
+		s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "overdue phases ignored for every live batch of the version", runbookAttrs(sr)...)
+	}
+	return nil
+}
+
+// transition moves one batch. The old version's pending phases are skipped;
+// the new version's phases are created due at start + offset, those already
+// overdue pending (rerun: due at once) or skipped (ignore). With rerun_init,
+// the new version's init steps run again for the batch.
+func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64) error {
+	rb := sr.Runbook
+	return s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+		if active, err := lockActiveVersion(ctx, q, sr.ID); err != nil || !active {
+			return err
+		}
+		var (
+			start  time.Time
+			status string
+			from   int
+		)
+		err := q.QueryRow(ctx, sqlLockTransition, batchID, sr.ID, liveStatuses).Scan(&start, &status, &from)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // moved already, or another scheduler is moving it
+		}
+		if err != nil {
+			return err
+		}
+		start = start.UTC()
+		if _, err := q.Exec(ctx, sqlSetBatchVersion, batchID, sr.ID); err != nil {
+			return err
+		}
+		skippedOld, err := q.Exec(ctx, sqlSkipOtherPhases, batchID, rb.Version)
+		if err != nil {
+			return err
+		}
+		existing, err := phaseStatuses(ctx, q, batchID, rb.Version)
+		if err != nil {
+			return err
+		}
+		var pending, overdueSkipped int
+		for _, ph := range rb.Phases {
+			due := dueAt(start, ph.OffsetMinutes)
+			st := runbook.PhasePending
+			if !due.After(now) && rb.OverdueBehavior == runbook.OverdueIgnore {
+				st = runbook.PhaseSkipped
+			}
+			old, ok := existing[ph.Name]
+			switch {
+			case !ok:
+				if _, err := q.Exec(ctx, sqlInsertPhase, batchID, ph.Name, ph.OffsetMinutes, due, rb.Version, st); err != nil {
+					return fmt.Errorf("phase %s: %w", ph.Name, err)
+				}
+			case old == runbook.PhaseSkipped && st == runbook.PhasePending:
+				// The batch comes back to a version that governed it before:
+				// its phases that a transition skipped are due again.
+				if _, err := q.Exec(ctx, sqlRevivePhase, batchID, rb.Version, ph.Name); err != nil {
+					return fmt.Errorf("phase %s: %w", ph.Name, err)
+				}
+			default:
+				continue // this version's row stands (dispatched, completed, failed, pending)
+			}
+			if st == runbook.PhasePending {
+				pending++
+			} else {
+				overdueSkipped++
+			}
+		}
+		attrs := batchAttrs(sr, batchID, slog.Int("from_version", from), slog.String("status", status),
+			slog.String(keyBatchStart, runbook.FormatTime(start)),
+			slog.Int64("old_phases_skipped", skippedOld.RowsAffected()), slog.Int("phases_pending", pending),
+			slog.Int("overdue_phases_skipped", overdueSkipped), slog.String("overdue_behavior", rb.OverdueBehavior))
+		if rb.RerunInit && len(rb.Init) > 0 {
+			created, err := insertInit(ctx, q, rb, batchID, start, now)
+			if err != nil {
+				return err
+			}
+			// Init runs once per batch and version: a batch coming back to a
+			// version whose init it ran keeps that.
+			if created > 0 {
+				if _, err := q.Exec(ctx, sqlInitDispatched, batchID, now); err != nil {
+					return err
+				}
+				members, err := activeMembers(ctx, q, batchID)
+				if err != nil {
+					return err
+				}
+				if err := em.add(TypeBatchInit, batchInitID(batchID, rb.Version), batchInitEvent{
+					MessageType: TypeBatchInit, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
+					BatchStartTime: runbook.FormatTime(start), MemberCount: len(members),
+				}); err != nil {
+					return err
+				}
+				attrs = append(attrs, slog.Bool("init_rerun", true))
+			}
+		}
+		em.info("batch moved to the active runbook version", attrs...)
+		return nil
+	})
+}
+
+// phaseStatuses returns the statuses of a batch's phase executions of a version, by phase name.
+func phaseStatuses(ctx context.Context, q pgx.Tx, batchID int64, version int) (map[string]string, error) {
+	rows, err := q.Query(ctx, sqlPhasesOfVersion, batchID, version)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	var name, status string
+	_, err = pgx.ForEachRow(rows, []any{&name, &status}, func() error {
+		out[name] = status
+		return nil
+	})
+	return out, err
+}
+
+// hasMemberData reports whether a member table has any row, current or not:
+// whether member data was ever loaded for the version.
+func hasMemberData(ctx context.Context, q runbook.Querier, table string) (bool, error) {
+	var loaded bool
+	err := q.QueryRow(ctx, sqlHasMemberData(table)).Scan(&loaded)
+	return loaded, err
+}
