@@ -59,7 +59,8 @@ func ParseDirective(body []byte) (*luciusv1.Directive, error) {
 // ValidateDirective checks that a directive carries what the runner needs: an
 // idempotency key the callbacks accept (job_id of 64 lowercase hex digits,
 // step_id of 1-256 bytes, attempt_no >= 1, lease_id a UUID), a step_type, a
-// workspace_ref and an input_ref the worker can use as local files, and a
+// workspace_ref and an input_ref the worker can use as local files (both
+// input_ref and job_input_ref empty for a job without a document), and a
 // gRPC callback target. Every problem is reported, joined.
 func ValidateDirective(d *luciusv1.Directive) error {
 	if d == nil {
@@ -86,13 +87,16 @@ func ValidateDirective(d *luciusv1.Directive) error {
 	} else if _, err := localPath(d.GetWorkspaceRef()); err != nil {
 		errs = append(errs, fmt.Errorf("workspace_ref: %w", err))
 	}
-	if d.GetInputRef() == "" {
+	// A job without a document (a runbook step) has neither input_ref nor
+	// job_input_ref; any other step reads an input.
+	documentless := d.GetInputRef() == "" && d.GetJobInputRef() == ""
+	if d.GetInputRef() == "" && !documentless {
 		errs = append(errs, errors.New("input_ref is empty"))
 	}
 	if strings.TrimSpace(d.GetCallbackUrls().GetGrpcTarget()) == "" {
 		errs = append(errs, errors.New("callback_urls.grpc_target is empty (this worker calls back over gRPC only)"))
 	}
-	if d.GetFinalStep() && d.GetOutputRef() == "" {
+	if d.GetFinalStep() && d.GetOutputRef() == "" && !documentless {
 		errs = append(errs, errors.New("output_ref is empty on the final step"))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -24,6 +24,7 @@ func validDirective() *luciusv1.Directive {
 	return &luciusv1.Directive{
 		JobId: validJobID, TenantId: "acme", StepId: "embedding", StepType: "EMBEDDING", Service: "embedding",
 		AttemptNo: 2, LeaseId: validLease, InputRef: "file:///ws/lucius/acme/" + validJobID + "/ocr/1/output.txt",
+		JobInputRef:  "file:///in/acme/doc.pdf",
 		WorkspaceRef: "file:///ws/lucius/acme/" + validJobID + "/", OutputRef: "file:///out/result.txt",
 		CallbackUrls: &luciusv1.CallbackEndpoints{GrpcTarget: "ipv4:127.0.0.1:9091,127.0.0.1:9092"},
 	}
@@ -50,6 +51,7 @@ func TestValidateDirective(t *testing.T) {
 		{"remote file host", func(d *luciusv1.Directive) { d.WorkspaceRef = "file://fileserver/ws/" }, "workspace_ref"},
 		{"escaping workspace", func(d *luciusv1.Directive) { d.WorkspaceRef = "file:///ws/lucius/%2E%2E/x/" }, "workspace_ref"},
 		{"no input", func(d *luciusv1.Directive) { d.InputRef = "" }, "input_ref"},
+		{"no document at all", func(d *luciusv1.Directive) { d.InputRef, d.JobInputRef, d.FinalStep, d.OutputRef = "", "", true, "" }, ""},
 		{"no grpc target", func(d *luciusv1.Directive) { d.CallbackUrls = &luciusv1.CallbackEndpoints{AckUrl: "http://o/ack"} }, "grpc_target"},
 		{"final step without output", func(d *luciusv1.Directive) { d.FinalStep, d.OutputRef = true, "" }, "output_ref"},
 	} {
@@ -85,7 +87,7 @@ func TestParseDirectiveIgnoresUnknownFieldsAndReportsAllProblems(t *testing.T) {
 	if !proto.Equal(d, validDirective()) {
 		t.Errorf("parsed %v", d)
 	}
-	_, err = worker.ParseDirective([]byte(`{"jobId": "x", "attemptNo": 0}`))
+	_, err = worker.ParseDirective([]byte(`{"jobId": "x", "attemptNo": 0, "jobInputRef": "file:///in/doc.pdf"}`))
 	for _, field := range []string{"job_id", "step_id", "attempt_no", "lease_id", "step_type", "workspace_ref", "input_ref", "grpc_target"} {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("error %v does not name %s", err, field)

@@ -494,7 +494,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			// step, so output_ref is not this attempt's to write.
 			return nil, true
 		}
-		if err == nil && d.GetFinalStep() && !out.Polling {
+		if err == nil && d.GetFinalStep() && !out.Polling && d.GetOutputRef() != "" {
 			if len(out.Artifacts) == 0 {
 				log.WarnContext(ctx, "final step produced no artifact; output_ref not written")
 			} else if final, ferr := writeFinalOutput(d.GetOutputRef(), out.Artifacts[0]); ferr != nil {

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,6 +83,9 @@ func (t *Task) StepDir() string { return t.stepDir }
 // artifact, or the job's input). A missing file, a directory, an unsupported
 // scheme or an input over the size limit is a permanent error.
 func (t *Task) ReadInput(ctx context.Context) ([]byte, error) {
+	if err := t.checkInput(); err != nil {
+		return nil, err
+	}
 	return t.ReadRef(ctx, t.Directive.GetInputRef())
 }
 
@@ -100,7 +104,19 @@ func (t *Task) ReadRef(ctx context.Context, ref string) ([]byte, error) {
 // Use it for inputs that may be large. The caller closes the file. Errors are
 // classified like ReadInput's.
 func (t *Task) OpenInput(ctx context.Context) (*os.File, error) {
+	if err := t.checkInput(); err != nil {
+		return nil, err
+	}
 	return t.OpenRef(ctx, t.Directive.GetInputRef())
+}
+
+// checkInput refuses to read the input of a job without a document (a
+// runbook step works from its params), a permanent error.
+func (t *Task) checkInput() error {
+	if t.Directive.GetInputRef() == "" {
+		return PermanentCode(CodeInputNotFound, errors.New("this step has no input_ref: its job has no document (a runbook step reads its params)"))
+	}
+	return nil
 }
 
 // OpenRef opens any reference the worker can read locally (a file:// URL or
