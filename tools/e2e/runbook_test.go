@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -60,15 +62,10 @@ on_member_removed:
   - {name: farewell, worker_id: demo, function: send_email, params: {to: "{{ email }}", subject: removed}}
 `
 
-// The seed's examples: each event on the bus must have exactly these keys,
-// with values of these JSON types.
-var seedEventShapes = map[string]string{
-	"batch-init":     `{"messageType":"batch-init","runbookName":"contoso-mailbox-migration","runbookVersion":3,"batchId":42,"batchStartTime":"2025-03-15T00:00:00Z","memberCount":150}`,
-	"phase-due":      `{"messageType":"phase-due","runbookName":"contoso-mailbox-migration","runbookVersion":3,"batchId":42,"phaseExecutionId":108,"phaseName":"pre-notification","offsetMinutes":7200,"dueAt":"2025-03-10T00:00:00Z","memberIds":[501,502,503,504]}`,
-	"member-added":   `{"messageType":"member-added","runbookName":"contoso-mailbox-migration","runbookVersion":3,"batchId":42,"batchMemberId":505,"memberKey":"newuser@contoso.com"}`,
-	"member-removed": `{"messageType":"member-removed","runbookName":"contoso-mailbox-migration","runbookVersion":3,"batchId":42,"batchMemberId":503,"memberKey":"removeduser@contoso.com"}`,
-	"poll-check":     `{"messageType":"poll-check","runbookName":"contoso-mailbox-migration","runbookVersion":3,"batchId":42,"stepExecutionId":1042,"stepName":"start-mailbox-move","pollCount":5}`,
-}
+// seedEvents holds the seed's example of each event (the scheduler's golden
+// files): each event on the bus must have exactly its keys, with values of
+// the same JSON types.
+const seedEvents = "../../services/scheduler/internal/scheduler/testdata/seed"
 
 // shape is a JSON object's keys with the JSON type of each value.
 func shape(t *testing.T, body []byte) map[string]string {
@@ -281,7 +278,11 @@ func TestRunbookRunsABatchOnCompressedTime(t *testing.T) {
 		var body []byte
 		rows.Scan(&typ, &body) //nolint:errcheck
 		seen[typ]++
-		wantShape := shape(t, []byte(seedEventShapes[typ]))
+		example, err := os.ReadFile(filepath.Join(seedEvents, typ+".json"))
+		if err != nil {
+			t.Fatalf("%s event: no seed example: %v", typ, err)
+		}
+		wantShape := shape(t, example)
 		got := shape(t, body)
 		if typ == "poll-check" {
 			if _, init := got["initExecutionId"]; init { // the extension for init steps
