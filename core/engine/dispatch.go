@@ -19,21 +19,22 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Application properties of a directive message. Subscriptions filter on
 // PropService (and PropLane in the one-topic-set topology).
 const (
-	PropMessageType = "MessageType"
-	PropService     = "service"
+	PropMessageType = topology.PropertyMessageType
+	PropService     = topology.PropertyService
 	PropStepType    = "step_type"
 	PropTenantID    = "tenant_id"
 	PropJobID       = "job_id"
 	PropStepID      = "step_id"
 	PropAttemptNo   = "attempt_no"
 	PropLeaseID     = "lease_id"
-	PropLane        = "lane"
+	PropLane        = topology.PropertyLane
 	PropMode        = "mode"
 	PropMessageKey  = "message_key"
 

@@ -26,6 +26,7 @@ const (
 	QueueOrchestratorJobs     = "orchestrator-jobs"
 	TopicOrchestratorEvents   = "orchestrator-events"
 	SubscriptionOrchestrator  = "orchestrator"
+	PropertyMessageType       = "MessageType" // what a message is; orchestrator-events subscriptions read it
 	PropertyService           = "service"
 	PropertyLane              = "lane"
 	defaultEventsMaxDelivery  = 10

@@ -25,31 +25,6 @@ import (
 
 type workflowHandler = workflow.HandlerInfo
 
-// The message types on orchestrator-events: the scheduler's five (seed 003)
-// and the engine's job-update for the jobs the executor submitted.
-const (
-	eventBatchInit     = "batch-init"
-	eventPhaseDue      = "phase-due"
-	eventMemberAdded   = "member-added"
-	eventMemberRemoved = "member-removed"
-	eventPollCheck     = "poll-check"
-)
-
-// runbookEvent is a scheduler event (field names of seed 003).
-type runbookEvent struct {
-	MessageType      string `json:"messageType"`
-	RunbookName      string `json:"runbookName"`
-	RunbookVersion   int    `json:"runbookVersion"`
-	BatchID          int64  `json:"batchId"`
-	PhaseExecutionID int64  `json:"phaseExecutionId"`
-	BatchMemberID    int64  `json:"batchMemberId"`
-	MemberKey        string `json:"memberKey"`
-	StepExecutionID  int64  `json:"stepExecutionId"`
-	InitExecutionID  int64  `json:"initExecutionId"`
-	StepName         string `json:"stepName"`
-	PollCount        int    `json:"pollCount"`
-}
-
 // runbookExecutor carries out seed 003's "expected orchestrator behavior":
 // init steps, phases index by index across members, polling, rollbacks,
 // member catch-up and removal. Each unit of work runs as a Lucius job (the
@@ -171,34 +146,34 @@ func (x *runbookExecutor) handle(ctx context.Context, typ string, body []byte) e
 		}
 		return x.jobUpdate(ctx, u)
 	}
-	var ev runbookEvent
+	var ev runbook.Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.BatchID == 0 {
 		return fmt.Errorf("%w: %s: %v", errPoison, typ, err)
 	}
 	switch typ {
-	case eventBatchInit:
+	case runbook.EventBatchInit:
 		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
 			return x.advanceInit(ctx, tx, b, fx, now)
 		})
-	case eventPhaseDue:
+	case runbook.EventPhaseDue:
 		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
 			return x.advancePhase(ctx, tx, b, ev.PhaseExecutionID, fx, now)
 		})
-	case eventMemberAdded:
+	case runbook.EventMemberAdded:
 		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
 			if !x.memberActive(ctx, tx, ev.BatchMemberID) || b.Status == runbook.BatchCompleted || b.Status == runbook.BatchFailed {
 				return nil // removed again meanwhile, or the batch is over
 			}
 			return x.catchUp(ctx, tx, b, ev.BatchMemberID, fx, now)
 		})
-	case eventMemberRemoved:
+	case runbook.EventMemberRemoved:
 		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
 			if x.memberActive(ctx, tx, ev.BatchMemberID) {
 				return nil // added back meanwhile
 			}
 			return x.removeMember(ctx, tx, b, ev.BatchMemberID, fx, now)
 		})
-	case eventPollCheck:
+	case runbook.EventPollCheck:
 		table, id := runbook.TableSteps, ev.StepExecutionID
 		if ev.InitExecutionID != 0 {
 			table, id = runbook.TableInit, ev.InitExecutionID

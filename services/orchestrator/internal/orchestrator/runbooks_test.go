@@ -227,7 +227,7 @@ func (f *execFixture) phaseDue(name string) int64 {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.event(eventPhaseDue, map[string]any{"phaseExecutionId": pid, "phaseName": name})
+	f.event(runbook.EventPhaseDue, map[string]any{"phaseExecutionId": pid, "phaseName": name})
 	return pid
 }
 
@@ -241,8 +241,8 @@ func TestRunbookExecutorRunsInitPhasesPollingRollbackCatchUpAndRemoval(t *testin
 	f := setupExecutor(t)
 
 	// Init: the step is dispatched as a job whose payload is its params; the batch becomes active when it succeeds.
-	f.event(eventBatchInit, map[string]any{"memberCount": 3})
-	f.event(eventBatchInit, map[string]any{"memberCount": 3}) // a redelivery changes nothing
+	f.event(runbook.EventBatchInit, map[string]any{"memberCount": 3})
+	f.event(runbook.EventBatchInit, map[string]any{"memberCount": 3}) // a redelivery changes nothing
 	initJob := f.str(`SELECT job_id FROM init_executions WHERE status = 'dispatched'`)
 	if initJob != runbook.JobID(runbook.TableInit, f.id(`SELECT id FROM init_executions`)) {
 		t.Fatalf("init job id %s", initJob)
@@ -291,7 +291,7 @@ func TestRunbookExecutorRunsInitPhasesPollingRollbackCatchUpAndRemoval(t *testin
 	}
 	// A member added now catches up on both phases already due, in order.
 	dID := f.id(`INSERT INTO batch_members (batch_id, member_key, status, add_dispatched_at) VALUES ($1, 'd', 'active', $2) RETURNING id`, f.batch, f.clock())
-	f.event(eventMemberAdded, map[string]any{"batchMemberId": dID, "memberKey": "d"})
+	f.event(runbook.EventMemberAdded, map[string]any{"batchMemberId": dID, "memberKey": "d"})
 	got := f.statuses(`s.batch_member_id = $1`, dID)
 	if got["d/send-notice"] != "dispatched" || got["d/send-reminder"] != "pending" || got["d/move"] != "dispatched" {
 		t.Fatalf("catch-up: %v", got)
@@ -307,7 +307,7 @@ func TestRunbookExecutorRunsInitPhasesPollingRollbackCatchUpAndRemoval(t *testin
 	// Polled again before its timeout; then a and b finish.
 	aMove := f.id(`SELECT s.id FROM step_executions s JOIN batch_members m ON m.id = s.batch_member_id WHERE m.member_key = 'a' AND s.step_name = 'move'`)
 	f.advance(2 * time.Minute)
-	f.event(eventPollCheck, map[string]any{"stepExecutionId": aMove, "stepName": "move", "pollCount": 1})
+	f.event(runbook.EventPollCheck, map[string]any{"stepExecutionId": aMove, "stepName": "move", "pollCount": 1})
 	if n := f.id(`SELECT poll_count FROM step_executions WHERE id = $1`, aMove); n != 1 {
 		t.Fatalf("poll_count %d after a poll-check", n)
 	}
@@ -316,7 +316,7 @@ func TestRunbookExecutorRunsInitPhasesPollingRollbackCatchUpAndRemoval(t *testin
 
 	// d leaves: what it still had is cancelled and its farewell runs.
 	f.exec(`UPDATE batch_members SET status = 'removed', removed_at = now() WHERE id = $1`, dID)
-	f.event(eventMemberRemoved, map[string]any{"batchMemberId": dID, "memberKey": "d"})
+	f.event(runbook.EventMemberRemoved, map[string]any{"batchMemberId": dID, "memberKey": "d"})
 	got = f.statuses(`s.batch_member_id = $1`, dID)
 	if got["d/send-reminder"] != "cancelled" || got["d/move"] != "cancelled" || got["d/farewell"] != "dispatched" {
 		t.Fatalf("removal: %v", got)
@@ -329,7 +329,7 @@ func TestRunbookExecutorRunsInitPhasesPollingRollbackCatchUpAndRemoval(t *testin
 	// c polls past its timeout: poll_timeout, and its rollback runs in order.
 	cMove := f.id(`SELECT s.id FROM step_executions s JOIN batch_members m ON m.id = s.batch_member_id WHERE m.member_key = 'c' AND s.step_name = 'move'`)
 	f.advance(20 * time.Minute) // past poll_timeout_sec
-	f.event(eventPollCheck, map[string]any{"stepExecutionId": cMove, "stepName": "move", "pollCount": 2})
+	f.event(runbook.EventPollCheck, map[string]any{"stepExecutionId": cMove, "stepName": "move", "pollCount": 2})
 	if got := f.statuses(`s.batch_member_id = (SELECT id FROM batch_members WHERE member_key = 'c') AND s.phase_execution_id = $1`, migrate); got["c/move"] != "poll_timeout" ||
 		got["c/cancel-move"] != "dispatched" || got["c/tell-user"] != "pending" {
 		t.Fatalf("after the poll timeout: %v", got)

@@ -102,8 +102,8 @@ func (s *Scheduler) detectBatch(ctx context.Context, now time.Time, sr *runbook.
 			if _, err := insertInit(ctx, q, rb, batchID, start, now); err != nil {
 				return err
 			}
-			if err := em.add(TypeBatchInit, batchInitID(batchID, rb.Version), batchInitEvent{
-				MessageType: TypeBatchInit, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
+			if err := em.add(runbook.EventBatchInit, batchInitID(batchID, rb.Version), runbook.BatchInitEvent{
+				MessageType: runbook.EventBatchInit, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
 				BatchStartTime: runbook.FormatTime(start), MemberCount: len(members),
 			}); err != nil {
 				return err

@@ -60,7 +60,7 @@ func TestBatchDetection(t *testing.T) {
 				|| ' ' || function_name || ' ' || status || ' ' || params_json::text FROM init_executions ORDER BY id`), wantInit)
 			equal(t, "events", f.ids(""), tt.wantEvents)
 			if tt.init {
-				body := f.messages(TypeBatchInit)[0].Body
+				body := f.messages(runbook.EventBatchInit)[0].Body
 				if body["memberCount"] != 3.0 || body["batchStartTime"] != "2025-03-15T00:00:00Z" || body["runbookVersion"] != 1.0 {
 					t.Fatalf("batch-init %v", body)
 				}
@@ -77,11 +77,11 @@ func TestBatchDetectionFindsEveryBatchTime(t *testing.T) {
 	later := start.Add(7 * 24 * time.Hour)
 	f.load("mailbox-move", 1, append(members(2, start), mbr("w01", later)))
 	f.tick()
-	equal(t, "events", f.ids(TypeBatchInit), []string{"batch-init/1/v1", "batch-init/2/v1"})
+	equal(t, "events", f.ids(runbook.EventBatchInit), []string{"batch-init/1/v1", "batch-init/2/v1"})
 	third := start.Add(14 * 24 * time.Hour)
 	f.load("mailbox-move", 1, append(append(members(2, start), mbr("w01", later)), mbr("x01", third)))
 	f.tick()
-	equal(t, "events", f.ids(TypeBatchInit), []string{"batch-init/1/v1", "batch-init/2/v1", "batch-init/3/v1"})
+	equal(t, "events", f.ids(runbook.EventBatchInit), []string{"batch-init/1/v1", "batch-init/2/v1", "batch-init/3/v1"})
 	if got := f.count(`SELECT count(*) FROM batch_members WHERE batch_id = $1`, f.batchID(third)); got != 1 {
 		t.Fatalf("third batch has %d members, want 1", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/topology"
 )
 
 // Several schedulers ticking at once on one database emit every fact exactly
@@ -50,7 +51,7 @@ func TestConcurrentSchedulersEmitEveryFactOnce(t *testing.T) {
 		last[id] = typ
 	}
 	for id, typ := range last {
-		want := map[string]string{TypeMemberAdded: "active", TypeMemberRemoved: "removed"}[typ]
+		want := map[string]string{runbook.EventMemberAdded: "active", runbook.EventMemberRemoved: "removed"}[typ]
 		equal(t, "member "+id, together.strs(`SELECT status FROM batch_members WHERE id = $1::bigint`, id), []string{want})
 	}
 }
@@ -169,15 +170,15 @@ func (f *fixture) facts() []string {
 		b := m.Body
 		batch := starts[b["batchId"].(float64)]
 		var fact string
-		switch m.Properties[PropertyMessageType] {
-		case TypeBatchInit:
+		switch m.Properties[topology.PropertyMessageType] {
+		case runbook.EventBatchInit:
 			fact = fmt.Sprintf("batch-init %s v%v members %v", batch, b["runbookVersion"], b["memberCount"])
-		case TypePhaseDue:
+		case runbook.EventPhaseDue:
 			fact = fmt.Sprintf("phase-due %s v%v %s due %s members %d", batch, b["runbookVersion"], b["phaseName"], b["dueAt"],
 				len(b["memberIds"].([]any)))
-		case TypeMemberAdded, TypeMemberRemoved:
-			fact = fmt.Sprintf("%s %s %s", m.Properties[PropertyMessageType], batch, b["memberKey"])
-		case TypePollCheck:
+		case runbook.EventMemberAdded, runbook.EventMemberRemoved:
+			fact = fmt.Sprintf("%s %s %s", m.Properties[topology.PropertyMessageType], batch, b["memberKey"])
+		case runbook.EventPollCheck:
 			owner := "init"
 			if id, ok := b["stepExecutionId"]; ok {
 				owner = f.strs(`SELECT bm.member_key FROM step_executions se JOIN batch_members bm ON bm.id = se.batch_member_id

@@ -10,67 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/topology"
 )
-
-// Event types: the MessageType property and the body's messageType (seed 003).
-const (
-	TypeBatchInit     = "batch-init"
-	TypePhaseDue      = "phase-due"
-	TypeMemberAdded   = "member-added"
-	TypeMemberRemoved = "member-removed"
-	TypePollCheck     = "poll-check"
-)
-
-// PropertyMessageType is the application property subscriptions filter on.
-const PropertyMessageType = "MessageType"
-
-// The bodies, field for field as in seed 003 (names and order).
-
-type batchInitEvent struct {
-	MessageType    string `json:"messageType"`
-	RunbookName    string `json:"runbookName"`
-	RunbookVersion int    `json:"runbookVersion"`
-	BatchID        int64  `json:"batchId"`
-	BatchStartTime string `json:"batchStartTime"`
-	MemberCount    int    `json:"memberCount"`
-}
-
-type phaseDueEvent struct {
-	MessageType      string  `json:"messageType"`
-	RunbookName      string  `json:"runbookName"`
-	RunbookVersion   int     `json:"runbookVersion"`
-	BatchID          int64   `json:"batchId"`
-	PhaseExecutionID int64   `json:"phaseExecutionId"`
-	PhaseName        string  `json:"phaseName"`
-	OffsetMinutes    int     `json:"offsetMinutes"`
-	DueAt            string  `json:"dueAt"`
-	MemberIDs        []int64 `json:"memberIds"` // batch_members ids, ascending; never null
-}
-
-// memberEvent is member-added and member-removed.
-type memberEvent struct {
-	MessageType    string `json:"messageType"`
-	RunbookName    string `json:"runbookName"`
-	RunbookVersion int    `json:"runbookVersion"`
-	BatchID        int64  `json:"batchId"`
-	BatchMemberID  int64  `json:"batchMemberId"`
-	MemberKey      string `json:"memberKey"`
-}
-
-// pollCheckEvent names a step execution (stepExecutionId, as in the seed) or,
-// for an init step, an init execution (initExecutionId instead; the seed
-// names only step executions).
-type pollCheckEvent struct {
-	MessageType     string `json:"messageType"`
-	RunbookName     string `json:"runbookName"`
-	RunbookVersion  int    `json:"runbookVersion"`
-	BatchID         int64  `json:"batchId"`
-	StepExecutionID *int64 `json:"stepExecutionId,omitempty"`
-	InitExecutionID *int64 `json:"initExecutionId,omitempty"`
-	StepName        string `json:"stepName"`
-	PollCount       int    `json:"pollCount"`
-}
 
 // Message ids are derived from the fact, so every scheduler names a fact
 // alike and the outbox (unique message_id) and the bus (duplicate detection)
@@ -78,11 +20,11 @@ type pollCheckEvent struct {
 // member removed and added again is a new fact.
 
 func batchInitID(batchID int64, version int) string {
-	return fmt.Sprintf("%s/%d/v%d", TypeBatchInit, batchID, version)
+	return fmt.Sprintf("%s/%d/v%d", runbook.EventBatchInit, batchID, version)
 }
 
 func phaseDueID(phaseExecutionID int64) string {
-	return fmt.Sprintf("%s/%d", TypePhaseDue, phaseExecutionID)
+	return fmt.Sprintf("%s/%d", runbook.EventPhaseDue, phaseExecutionID)
 }
 
 func memberEventID(typ string, batchMemberID int64, at time.Time) string {
@@ -91,7 +33,7 @@ func memberEventID(typ string, batchMemberID int64, at time.Time) string {
 
 // pollCheckID: table is runbook.TableSteps or runbook.TableInit.
 func pollCheckID(table string, id int64, pollCount int) string {
-	return fmt.Sprintf("%s/%s/%d/%d", TypePollCheck, table, id, pollCount)
+	return fmt.Sprintf("%s/%s/%d/%d", runbook.EventPollCheck, table, id, pollCount)
 }
 
 // outgoing is an event waiting for its transaction to commit.
@@ -143,7 +85,7 @@ func (e *emitter) add(typ, id string, body any) error {
 		Kind:        ledger.KindRunbookEvent,
 		Body:        data,
 		ContentType: "application/json",
-		Properties:  map[string]string{PropertyMessageType: typ},
+		Properties:  map[string]string{topology.PropertyMessageType: typ},
 	}})
 	return nil
 }

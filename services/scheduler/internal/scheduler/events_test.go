@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/events")
@@ -69,7 +70,7 @@ func TestEventBodiesMatchGoldenFiles(t *testing.T) {
 
 	got := map[string][]byte{}
 	for _, m := range f.messages("") {
-		file := m.Properties[PropertyMessageType]
+		file := m.Properties[topology.PropertyMessageType]
 		if _, init := m.Body["initExecutionId"]; init {
 			file += "-init"
 		}

@@ -114,9 +114,9 @@ func (s *Scheduler) syncMembers(ctx context.Context, now time.Time, sr *runbook.
 		for _, set := range []struct {
 			typ     string
 			members []changed
-		}{{TypeMemberAdded, added}, {TypeMemberRemoved, removed}} {
+		}{{runbook.EventMemberAdded, added}, {runbook.EventMemberRemoved, removed}} {
 			for _, m := range set.members {
-				if err := em.add(set.typ, memberEventID(set.typ, m.id, m.at), memberEvent{
+				if err := em.add(set.typ, memberEventID(set.typ, m.id, m.at), runbook.MemberEvent{
 					MessageType: set.typ, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
 					BatchMemberID: m.id, MemberKey: m.key,
 				}); err != nil {

@@ -28,8 +28,8 @@ func TestMembersAddedRemovedAndAddedAgain(t *testing.T) {
 			f.load("mailbox-move", 1, members(4, start))
 			f.tick()
 			f.tick()
-			equal(t, "added", f.ids(TypeMemberAdded), []string{fmt.Sprintf("member-added/4/%d", addedAt.UnixNano())})
-			body := f.messages(TypeMemberAdded)[0].Body
+			equal(t, "added", f.ids(runbook.EventMemberAdded), []string{fmt.Sprintf("member-added/4/%d", addedAt.UnixNano())})
+			body := f.messages(runbook.EventMemberAdded)[0].Body
 			if body["batchMemberId"] != 4.0 || body["memberKey"] != "u04" || body["batchId"] != 1.0 ||
 				body["runbookName"] != "mailbox-move" || body["runbookVersion"] != 1.0 {
 				t.Fatalf("member-added %v", body)
@@ -43,7 +43,7 @@ func TestMembersAddedRemovedAndAddedAgain(t *testing.T) {
 			f.load("mailbox-move", 1, []runbook.Member{mbr("u01", start), mbr("u03", start), mbr("u04", start)})
 			f.tick()
 			f.tick()
-			equal(t, "removed", f.ids(TypeMemberRemoved), []string{fmt.Sprintf("member-removed/2/%d", removedAt.UnixNano())})
+			equal(t, "removed", f.ids(runbook.EventMemberRemoved), []string{fmt.Sprintf("member-removed/2/%d", removedAt.UnixNano())})
 			equal(t, "u02", f.strs(`SELECT status || ' ' || (removed_at = $1) || ' ' || (remove_dispatched_at = $1)
 				FROM batch_members WHERE id = 2`, removedAt), []string{"removed true true"})
 
@@ -53,7 +53,7 @@ func TestMembersAddedRemovedAndAddedAgain(t *testing.T) {
 			f.load("mailbox-move", 1, members(4, start))
 			f.tick()
 			f.tick()
-			equal(t, "added", f.ids(TypeMemberAdded), []string{fmt.Sprintf("member-added/4/%d", addedAt.UnixNano()),
+			equal(t, "added", f.ids(runbook.EventMemberAdded), []string{fmt.Sprintf("member-added/4/%d", addedAt.UnixNano()),
 				fmt.Sprintf("member-added/2/%d", backAt.UnixNano())})
 			equal(t, "u02", f.strs(`SELECT status || ' ' || (removed_at IS NULL) || ' ' || (add_dispatched_at = $1)
 				FROM batch_members WHERE id = 2`, backAt), []string{"active true true"})
@@ -84,10 +84,10 @@ func TestMemberMovingToAnotherBatchTime(t *testing.T) {
 		[]string{"u01 active", "u02 removed"})
 	equal(t, "second batch", f.strs(`SELECT member_key || ' ' || status FROM batch_members WHERE batch_id = $1 ORDER BY id`, second),
 		[]string{"w01 active", "u02 active"})
-	if got := len(f.ids(TypeMemberRemoved)); got != 1 {
+	if got := len(f.ids(runbook.EventMemberRemoved)); got != 1 {
 		t.Fatalf("%d member-removed, want 1", got)
 	}
-	if got := len(f.ids(TypeMemberAdded)); got != 1 {
+	if got := len(f.ids(runbook.EventMemberAdded)); got != 1 {
 		t.Fatalf("%d member-added, want 1", got)
 	}
 }

@@ -162,8 +162,8 @@ func (s *Scheduler) dispatchPhase(ctx context.Context, q pgx.Tx, em *emitter, no
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("phase execution %d is no longer pending", p.id)
 	}
-	if err := em.add(TypePhaseDue, phaseDueID(p.id), phaseDueEvent{
-		MessageType: TypePhaseDue, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
+	if err := em.add(runbook.EventPhaseDue, phaseDueID(p.id), runbook.PhaseDueEvent{
+		MessageType: runbook.EventPhaseDue, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
 		PhaseExecutionID: p.id, PhaseName: p.name, OffsetMinutes: p.offsetMinutes, DueAt: runbook.FormatTime(p.dueAt),
 		MemberIDs: memberIDs, // members come by id: ascending
 	}); err != nil {

@@ -18,7 +18,7 @@ func TestPhasesAreDueExactlyAtTheirOffsets(t *testing.T) {
 	f.load("mailbox-move", 1, members(3, start))
 	f.clock.Set(start.Add(-60 * time.Minute)) // notify is due, but the batch runs its init
 	f.tick()
-	if got := f.ids(TypePhaseDue); len(got) != 0 {
+	if got := f.ids(runbook.EventPhaseDue); len(got) != 0 {
 		t.Fatalf("phase-due before init finished: %v", got)
 	}
 	f.activate(1)
@@ -38,17 +38,17 @@ func TestPhasesAreDueExactlyAtTheirOffsets(t *testing.T) {
 		due := start.Add(ph.offset)
 		f.clock.Set(due.Add(-time.Microsecond))
 		f.tick()
-		equal(t, "before "+ph.name, f.ids(TypePhaseDue), want)
+		equal(t, "before "+ph.name, f.ids(runbook.EventPhaseDue), want)
 		f.clock.Set(due)
 		f.tick()
 		f.tick()
 		want = append(want, ph.wantID)
-		equal(t, "at "+ph.name, f.ids(TypePhaseDue), want)
+		equal(t, "at "+ph.name, f.ids(runbook.EventPhaseDue), want)
 		equal(t, ph.name, f.strs(`SELECT status || ' ' || (dispatched_at = $2) FROM phase_executions WHERE phase_name = $1`,
 			ph.name, due), []string{"dispatched true"})
 	}
 
-	body := f.messages(TypePhaseDue)[1].Body
+	body := f.messages(runbook.EventPhaseDue)[1].Body
 	if body["phaseName"] != "migrate" || body["offsetMinutes"] != 0.0 || body["dueAt"] != "2025-03-15T00:00:00Z" ||
 		body["phaseExecutionId"] != 2.0 || body["batchId"] != 1.0 {
 		t.Fatalf("phase-due %v", body)
@@ -83,8 +83,8 @@ func TestMemberWhoseParamsDoNotRenderGetsFailedSteps(t *testing.T) {
 	f.clock.Set(start)
 	f.tick()
 
-	equal(t, "phase-due", f.ids(TypePhaseDue), []string{"phase-due/1", "phase-due/2"})
-	if ids, _ := f.messages(TypePhaseDue)[1].Body["memberIds"].([]any); len(ids) != 3 {
+	equal(t, "phase-due", f.ids(runbook.EventPhaseDue), []string{"phase-due/1", "phase-due/2"})
+	if ids, _ := f.messages(runbook.EventPhaseDue)[1].Body["memberIds"].([]any); len(ids) != 3 {
 		t.Fatalf("memberIds %v, want every member (the failed one has rows too)", ids)
 	}
 	rows := f.strs(`SELECT batch_member_id || ' ' || step_name || ' ' || status || ' ' || coalesce(error_message, '')
@@ -126,7 +126,7 @@ func TestMemberLeavingTheBatchGetsNoSteps(t *testing.T) {
 	if err := f.sched.phases(f.ctx, f.clock.Now(), mustGet(f, "mailbox-move")); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := f.messages(TypePhaseDue)[0].Body["memberIds"].([]any); len(ids) != 1 || ids[0] != 1.0 {
+	if ids, _ := f.messages(runbook.EventPhaseDue)[0].Body["memberIds"].([]any); len(ids) != 1 || ids[0] != 1.0 {
 		t.Fatalf("memberIds %v, want [1]", ids)
 	}
 }

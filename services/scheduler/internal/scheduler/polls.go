@@ -60,17 +60,17 @@ func (s *Scheduler) pollTable(ctx context.Context, now time.Time, table, query s
 		}
 		slices.SortFunc(due, func(a, b pollRow) int { return cmp.Compare(a.id, b.id) })
 		for _, p := range due {
-			ev := pollCheckEvent{MessageType: TypePollCheck, RunbookName: p.runbookName, RunbookVersion: p.version,
+			ev := runbook.PollCheckEvent{MessageType: runbook.EventPollCheck, RunbookName: p.runbookName, RunbookVersion: p.version,
 				BatchID: p.batchID, StepName: p.stepName, PollCount: p.pollCount + 1}
 			if table == runbook.TableInit {
 				ev.InitExecutionID = ptr(p.id)
 			} else {
 				ev.StepExecutionID = ptr(p.id)
 			}
-			if err := em.add(TypePollCheck, pollCheckID(table, p.id, ev.PollCount), ev); err != nil {
+			if err := em.add(runbook.EventPollCheck, pollCheckID(table, p.id, ev.PollCount), ev); err != nil {
 				return err
 			}
-			em.debug(TypePollCheck, slog.String(keyRunbook, p.runbookName), slog.Int(keyRunbookVersion, p.version),
+			em.debug(runbook.EventPollCheck, slog.String(keyRunbook, p.runbookName), slog.Int(keyRunbookVersion, p.version),
 				slog.Int64(keyBatchID, p.batchID), slog.String("table", table), slog.Int64("execution_id", p.id),
 				slog.String("step", p.stepName), slog.Int("poll_count", ev.PollCount))
 		}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"testing"
 	"time"
+
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // A polling step or init execution gets poll-check once its interval has
@@ -45,15 +47,15 @@ func TestPollChecks(t *testing.T) {
 				}
 				f.clock.Set(at.Add(tt.interval - time.Microsecond))
 				f.tick()
-				equal(t, "before the interval", f.ids(TypePollCheck), want)
+				equal(t, "before the interval", f.ids(runbook.EventPollCheck), want)
 				f.clock.Set(at.Add(tt.interval))
 				f.tick()
 				f.clock.Advance(tt.interval * 3) // no repeat while last_polled_at stays
 				f.tick()
 				want = append(want, tt.wantIDs[round])
-				equal(t, "after the interval", f.ids(TypePollCheck), want)
+				equal(t, "after the interval", f.ids(runbook.EventPollCheck), want)
 			}
-			msgs := f.messages(TypePollCheck)
+			msgs := f.messages(runbook.EventPollCheck)
 			body := msgs[1].Body
 			wantName := "start-move"
 			if tt.table == "init_executions" {
@@ -85,7 +87,7 @@ func TestPollChecksOnlyForPollingRows(t *testing.T) {
 	f.exec(`UPDATE step_executions SET status = 'succeeded', last_polled_at = $1 WHERE id = 1`, start)
 	f.clock.Advance(time.Hour)
 	f.tick()
-	if got := f.ids(TypePollCheck); len(got) != 0 {
+	if got := f.ids(runbook.EventPollCheck); len(got) != 0 {
 		t.Fatalf("poll-check for a finished step: %v", got)
 	}
 }

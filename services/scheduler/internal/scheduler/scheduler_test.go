@@ -347,8 +347,8 @@ func TestEventsGoToOrchestratorEventsWithTheirMessageType(t *testing.T) {
 	}
 	m := msgs[0]
 	if m.Destination != topology.TopicOrchestratorEvents || m.Kind != ledger.KindRunbookEvent ||
-		m.ContentType != "application/json" || len(m.Properties) != 1 || m.Properties[PropertyMessageType] != TypeBatchInit ||
-		m.Body["messageType"] != TypeBatchInit {
+		m.ContentType != "application/json" || len(m.Properties) != 1 || m.Properties[topology.PropertyMessageType] != runbook.EventBatchInit ||
+		m.Body["messageType"] != runbook.EventBatchInit {
 		t.Fatalf("message %+v", m)
 	}
 }

@@ -60,7 +60,7 @@ func TestPhaseOfABatchWithoutMembersIsStillDue(t *testing.T) {
 	f.load("mailbox-move", 1, []runbook.Member{mbr("other", start.Add(time.Hour))})
 	f.clock.Set(start.Add(-time.Hour))
 	f.tick()
-	msgs := f.messages(TypePhaseDue)
+	msgs := f.messages(runbook.EventPhaseDue)
 	if len(msgs) != 1 || !strings.Contains(string(msgs[0].Raw), `"memberIds":[]`) {
 		t.Fatalf("phase-due %v", msgs)
 	}

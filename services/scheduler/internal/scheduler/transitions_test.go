@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // liveBatchUnderV1 is a batch of three members governed by version 1 (no
@@ -86,11 +88,11 @@ func TestVersionTransitions(t *testing.T) {
 				tt.wantInit)
 			equal(t, "ignore_overdue_applied", f.strs(`SELECT ignore_overdue_applied::text FROM runbooks WHERE id = $1`, v2.ID),
 				[]string{boolText(tt.ignoreApplied)})
-			if init := f.messages(TypeBatchInit); len(init) == 1 && (init[0].Body["memberCount"] != 3.0 || init[0].Body["runbookVersion"] != 2.0) {
+			if init := f.messages(runbook.EventBatchInit); len(init) == 1 && (init[0].Body["memberCount"] != 3.0 || init[0].Body["runbookVersion"] != 2.0) {
 				t.Fatalf("batch-init %v", init[0].Body)
 			}
 			// The members stay: the new version's data has them.
-			if got := f.ids(TypeMemberRemoved); len(got) != 0 {
+			if got := f.ids(runbook.EventMemberRemoved); len(got) != 0 {
 				t.Fatalf("members removed: %v", got)
 			}
 			// New phases are due at the new version's offsets.
@@ -108,7 +110,7 @@ func TestTransitionWaitsForTheNewVersionsMemberData(t *testing.T) {
 	v2 := f.apply(spec{version: 2})
 	f.tick()
 	equal(t, "batch", f.strs(`SELECT runbook_id::text FROM batches`), []string{"1"})
-	if got := f.ids(TypeMemberRemoved); len(got) != 0 {
+	if got := f.ids(runbook.EventMemberRemoved); len(got) != 0 {
 		t.Fatalf("members removed: %v", got)
 	}
 	if got := f.logs.find("live batches wait for the member data of the active version"); len(got) == 0 {
@@ -136,7 +138,7 @@ func TestReturningToAnEarlierVersionRevivesItsSkippedPhases(t *testing.T) {
 		"2/cleanup skipped", "2/migrate skipped", "2/notify dispatched"})
 	f.clock.Set(start)
 	f.tick()
-	equal(t, "events", f.ids(TypePhaseDue), []string{"phase-due/1", "phase-due/4", "phase-due/2"})
+	equal(t, "events", f.ids(runbook.EventPhaseDue), []string{"phase-due/1", "phase-due/4", "phase-due/2"})
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
