@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-
 )
 
 // The scheduler's SQL. Every "now" is a parameter (the injected clock), never
