@@ -40,12 +40,13 @@ func main() {
 	extraEnv := flag.String("env", "", "extra environment for every process, K=V pairs separated by commas (e.g. LUCIUS_PPROF=true)")
 	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, then while another floods at 10x its limit")
 	floodLimit := flag.Int("flood-limit", 5, "with -flood: the flooding tenant's concurrent job limit")
+	floodFactor := flag.Int("flood-factor", 10, "with -flood: the flooding tenant keeps this many times its limit in flight (1: a control run, its limit's worth of work and no refusals)")
 	floodTarget := flag.String("flood-client", "", "internal: run as the -flood scenario's flooding client against this gateway")
 	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
 	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
 	flag.Parse()
 	if *floodTarget != "" {
-		if err := floodClient(*floodTarget, *floodLimit, *floodInput, *floodWorkspace); err != nil {
+		if err := floodClient(*floodTarget, *floodLimit**floodFactor, *floodInput, *floodWorkspace); err != nil {
 			fmt.Fprintln(os.Stderr, "lucius-bench flood client:", err)
 			os.Exit(1)
 		}
@@ -57,7 +58,7 @@ func main() {
 		}
 	}
 	if *flood {
-		floodCfg = &floodConfig{limit: *floodLimit, calmRate: *rate, calm: *n}
+		floodCfg = &floodConfig{limit: *floodLimit, factor: *floodFactor, calmRate: *rate, calm: *n}
 	}
 	if err := run(*bin, *data, *n, *c, *rate, *real, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
