@@ -1,5 +1,6 @@
 // Package loop runs the periodic maintenance work of Lucius processes
-// (heartbeats, orphan scans, purges, sweepers) the same way everywhere.
+// (heartbeats, orphan scans, purges, sweepers) the same way everywhere, and
+// the waits that give way when their context ends.
 package loop
 
 import (
@@ -39,4 +40,17 @@ func Drain(ctx context.Context, limit int, timeout time.Duration, batch func(ctx
 		}
 	}
 	return total, ctx.Err()
+}
+
+// Sleep waits for d or until ctx ends, and reports whether the whole of d
+// passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

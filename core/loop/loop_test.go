@@ -64,3 +64,15 @@ func TestEveryRunsUntilCancelled(t *testing.T) {
 		t.Fatalf("fn ran %d times, want at least 3", n.Load())
 	}
 }
+
+func TestSleepReportsWhetherTheWholeWaitPassed(t *testing.T) {
+	t.Parallel()
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Error("an uncancelled sleep reported it was cut short")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) {
+		t.Error("a sleep on an ended context reported the whole wait")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
@@ -314,7 +315,7 @@ func waitTerminal(ctx context.Context, pool *pgxpool.Pool, ids []string, progres
 			progress("%d of %d jobs terminal", n, len(ids))
 			lastReport = time.Now()
 		}
-		if !sleep(ctx, 250*time.Millisecond) {
+		if !loop.Sleep(ctx, 250*time.Millisecond) {
 			progress("deadline: %d of %d jobs terminal", n, len(ids))
 			return
 		}

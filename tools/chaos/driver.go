@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 
@@ -199,7 +200,7 @@ func (d *driver) takeDown(kind string) (string, bool) {
 // again until ctx ends.
 func (d *driver) bringBack(ctx context.Context, i int, name string, after time.Duration) {
 	defer d.wg.Done()
-	if !sleep(ctx, after) {
+	if !loop.Sleep(ctx, after) {
 		return
 	}
 	for starts := 1; ; starts++ {
@@ -217,7 +218,7 @@ func (d *driver) bringBack(ctx context.Context, i int, name string, after time.D
 		// A process that started but never became ready must not run twice.
 		_ = d.s.Kill(name)
 		d.progress("restart %s failed (start %d): %v", name, starts, err)
-		if !sleep(ctx, 500*time.Millisecond) {
+		if !loop.Sleep(ctx, 500*time.Millisecond) {
 			return
 		}
 	}
@@ -242,7 +243,7 @@ func (d *driver) restartPostgres(ctx context.Context) {
 // supervise restarts, and reports, any process that exits without having
 // been killed: the suite is meant to ride out kills and PostgreSQL restarts.
 func (d *driver) supervise(ctx context.Context) {
-	for sleep(ctx, 200*time.Millisecond) {
+	for loop.Sleep(ctx, 200*time.Millisecond) {
 		for _, name := range d.s.Names() {
 			p := d.s.Process(name)
 			d.mu.Lock()
@@ -277,7 +278,7 @@ func (d *driver) waitUp(ctx context.Context) bool {
 		if len(down) == 0 {
 			return true
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !loop.Sleep(ctx, 100*time.Millisecond) {
 			sort.Strings(down)
 			d.problem("still down at the deadline: %s", strings.Join(down, ", "))
 			return false
@@ -298,16 +299,4 @@ func (d *driver) record() ([]Disruption, []string) {
 	ds := append([]Disruption(nil), d.disruptions...)
 	sort.SliceStable(ds, func(a, b int) bool { return ds[a].At.Before(ds[b].At) })
 	return ds, append([]string(nil), d.problems...)
-}
-
-// sleep waits for d or until ctx ends; it reports whether the full time passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

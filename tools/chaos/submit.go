@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/loop"
 )
 
 // tenant submits every chaos job.
@@ -73,7 +74,7 @@ func submitAll(ctx context.Context, client luciusv1.CommandServiceClient, cmds [
 					return
 				}
 				// Open loop: job i is not submitted before start + i/rate.
-				if !sleep(ctx, time.Until(start.Add(time.Duration(float64(i)/rate*float64(time.Second))))) {
+				if !loop.Sleep(ctx, time.Until(start.Add(time.Duration(float64(i)/rate*float64(time.Second))))) {
 					return
 				}
 				r := submitOne(ctx, client, cmds[i])
@@ -144,7 +145,7 @@ func submitOne(ctx context.Context, client luciusv1.CommandServiceClient, cmd *l
 			out.problems = append(out.problems, fmt.Sprintf("submit %s refused: %v", cmd.GetIdempotencyKey(), err))
 			return out
 		}
-		if !sleep(ctx, backoff) {
+		if !loop.Sleep(ctx, backoff) {
 			out.problems = append(out.problems, fmt.Sprintf("job %s not accepted before the deadline: %v", cmd.GetIdempotencyKey(), err))
 			return out
 		}

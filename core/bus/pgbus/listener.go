@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lucius-platform/lucius/core/loop"
 )
 
 // channelName is the NOTIFY channel of a path: paths can be longer than the
@@ -205,7 +207,7 @@ func (l *listener) run(ctx context.Context) {
 					return
 				}
 				l.log.WarnContext(ctx, "bus listener reconnect", "error", err, "retry_in", backoff)
-				if !sleep(ctx, backoff) {
+				if !loop.Sleep(ctx, backoff) {
 					return
 				}
 				backoff = min(2*backoff, maxReconnect)
@@ -229,22 +231,10 @@ func (l *listener) run(ctx context.Context) {
 			backoff = minReconnect
 			continue
 		}
-		if !sleep(ctx, backoff) {
+		if !loop.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, maxReconnect)
-	}
-}
-
-// sleep waits for d or until ctx ends, reporting whether it slept.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

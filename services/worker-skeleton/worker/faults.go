@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/lucius-platform/lucius/core/loop"
 )
 
 // CodeInjectedFault prefixes the reason of a failure injected by
@@ -121,7 +123,7 @@ func (f fault) inject(ctx context.Context, attemptNo int) error {
 	case faultPermanent:
 		return PermanentCode(CodeInjectedFault, fmt.Errorf("injected permanent failure on attempt %d", attemptNo))
 	case faultSleep:
-		sleep(ctx, f.sleep)
+		loop.Sleep(ctx, f.sleep)
 	}
 	return nil
 }

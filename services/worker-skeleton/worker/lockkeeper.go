@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
@@ -40,7 +41,7 @@ func (r *Runner) keepLock(ctx context.Context, rcv bus.Receiver, m *bus.Received
 			if failures > 0 {
 				wait = min(wait, r.cfg.Backoff.Delay(failures-1))
 			}
-			sleep(kctx, max(wait, minRenewWait))
+			loop.Sleep(kctx, max(wait, minRenewWait))
 			if kctx.Err() != nil {
 				return
 			}

@@ -21,6 +21,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 )
@@ -193,7 +194,7 @@ func (r *Runner) receiveLoop(ctx, work context.Context, src bus.Source, rcv bus.
 			wait := r.cfg.Backoff.Delay(failures)
 			failures++
 			r.log.WarnContext(ctx, "receive directives", "source", src.Path(), "retry_in", wait, telemetry.Err(err))
-			sleep(ctx, wait)
+			loop.Sleep(ctx, wait)
 			continue
 		}
 		failures = 0
@@ -455,7 +456,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 		err error
 	)
 	if r.cfg.ExecutionDelay > 0 {
-		sleep(ctx, r.cfg.ExecutionDelay)
+		loop.Sleep(ctx, r.cfg.ExecutionDelay)
 		if ctx.Err() != nil {
 			return nil, true
 		}
@@ -668,12 +669,3 @@ func (r *Runner) deadLetter(ctx context.Context, rcv bus.Receiver, m *bus.Receiv
 // again when its lock expires (infrastructure errors, where an immediate
 // redelivery would only burn delivery attempts).
 func (r *Runner) leave(keeper *lockKeeper) { keeper.stop() }
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

@@ -19,6 +19,7 @@ import (
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
@@ -90,7 +91,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		// unless this repeats an accepted command (answered as a duplicate).
 		if exists, err := s.store.RequestExists(ctx, a.jobID); err != nil || !exists {
 			s.count(ctx, "limited", cmd.GetRequestType())
-			pace(ctx, min(a.retryAfter, refusalPace))
+			loop.Sleep(ctx, min(a.retryAfter, refusalPace))
 			return nil, limitError(gated, a.retryAfter).Err()
 		}
 	}
@@ -165,12 +166,3 @@ func limitError(l *ledger.LimitError, retryAfter time.Duration) *status.Status {
 // a second per connection instead of taking the gateway's CPU from other
 // tenants. Waiting costs a goroutine, not CPU.
 const refusalPace = 500 * time.Millisecond
-
-func pace(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

@@ -16,6 +16,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
@@ -53,7 +54,7 @@ func (c *jobConsumer) run(ctx context.Context) {
 		}
 		if err != nil {
 			c.log.WarnContext(ctx, "receive orchestrator-jobs", telemetry.Err(err))
-			sleep(ctx, time.Second)
+			loop.Sleep(ctx, time.Second)
 			continue
 		}
 		for _, m := range msgs {
@@ -108,13 +109,4 @@ func (c *jobConsumer) handle(ctx context.Context, m *bus.Received) {
 
 func (c *jobConsumer) count(ctx context.Context, outcome string) {
 	c.claimed.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -96,7 +97,7 @@ func (x *runbookExecutor) run(ctx context.Context) {
 		}
 		if err != nil {
 			x.log.WarnContext(ctx, "receive orchestrator-events", telemetry.Err(err))
-			sleep(ctx, time.Second)
+			loop.Sleep(ctx, time.Second)
 			continue
 		}
 		for _, m := range msgs {
