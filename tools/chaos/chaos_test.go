@@ -1,8 +1,6 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -10,7 +8,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,21 +54,21 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	logs, progress := &lockedBuffer{}, &lockedBuffer{}
+	logs, progress := &stack.LogBuffer{}, &stack.LogBuffer{}
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	report, err := Run(context.Background(), Config{BinDir: binDir, DataDir: dir, Jobs: 80, Rate: 8, Seed: seed,
 		KillEvery: 700 * time.Millisecond, Down: Range{200 * time.Millisecond, 1500 * time.Millisecond}, MinKills: 3,
 		PGRestart: true, FaultRate: 0.25, Timeout: 100 * time.Second, Output: logs, Progress: progress})
 	if err != nil {
-		t.Logf("suite logs (last 200 lines):\n%s", logs.tail(200))
+		t.Logf("suite logs (last 200 lines):\n%s", logs.Tail(200))
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	report.Print(&out)
-	t.Logf("progress:\n%s\n%s", progress.tail(200), out.String())
+	t.Logf("progress:\n%s\n%s", progress.Tail(200), out.String())
 	if len(report.Problems) > 0 {
-		t.Logf("suite logs (last 300 lines):\n%s", logs.tail(300))
+		t.Logf("suite logs (last 300 lines):\n%s", logs.Tail(300))
 		t.Errorf("the chaos run found %d problems (see the report)", len(report.Problems))
 	}
 }
@@ -360,31 +357,4 @@ func testShape(t *testing.T) shape {
 		t.Fatal(err)
 	}
 	return sh
-}
-
-// lockedBuffer collects the suite's log lines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

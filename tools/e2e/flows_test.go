@@ -110,7 +110,7 @@ func TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC(t *testing.T) {
 func assertOneTrace(t *testing.T, s *suite, jobID string) {
 	t.Helper()
 	traces := map[string]map[string]bool{} // process → trace ids on lines about the job
-	for _, line := range strings.Split(s.logs.tail(100000), "\n") {
+	for _, line := range strings.Split(s.logs.Tail(100000), "\n") {
 		if !strings.Contains(line, "job_id="+jobID) {
 			continue
 		}

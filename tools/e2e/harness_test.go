@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,8 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,7 +102,7 @@ type suite struct {
 	cmds   luciusv1.CommandServiceClient
 	jobs   luciusv1.JobServiceClient
 	httpc  *http.Client
-	logs   *lockedBuffer
+	logs   *stack.LogBuffer
 	inputs string
 }
 
@@ -135,18 +132,18 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	for k, v := range opts.env {
 		env[k] = v
 	}
-	logs := &lockedBuffer{}
+	logs := &stack.LogBuffer{}
 	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
 		Env: env, ProcessEnv: opts.processEnv, Output: logs})
 	if err != nil {
-		t.Logf("suite logs:\n%s", logs.tail(200))
+		t.Logf("suite logs:\n%s", logs.Tail(200))
 		t.Fatal(err)
 	}
 	su := &suite{Stack: s, t: t, ctx: ctx, logs: logs, httpc: &http.Client{Timeout: 10 * time.Second}, inputs: filepath.Join(dir, "inputs")}
 	t.Cleanup(func() {
 		s.Stop(context.Background())
 		if t.Failed() {
-			t.Logf("suite logs (last 300 lines):\n%s", logs.tail(300))
+			t.Logf("suite logs (last 300 lines):\n%s", logs.Tail(300))
 		}
 		os.RemoveAll(dir)
 	})
@@ -229,37 +226,4 @@ func (s *suite) count(query string, args ...any) int {
 		s.t.Fatal(err)
 	}
 	return n
-}
-
-// lockedBuffer collects the suite's log lines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) contains(sub string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Contains(b.buf.Bytes(), []byte(sub))
-}
-
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

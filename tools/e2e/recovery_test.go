@@ -87,7 +87,7 @@ func TestZombieOrchestratorIsFencedAndNothingRunsTwice(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !s.logs.contains("write fenced") {
+	if !s.logs.Contains("write fenced") {
 		t.Fatal("the fenced write was not logged")
 	}
 	if metrics := s.scrape(s.Endpoints.OrchHTTP[0]); !strings.Contains(metrics, "lucius_orchestrator_fenced_writes_total") {
