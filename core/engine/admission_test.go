@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -11,17 +12,13 @@ import (
 
 var ocrInputs = map[string]any{}
 
-func (f *fixture) usage() map[string]int {
+func (f *fixture) slots() map[string]int {
 	f.t.Helper()
-	us, err := f.store.Usage(f.ctx)
+	slots, err := f.store.TenantSlots(f.ctx)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	out := map[string]int{}
-	for _, u := range us {
-		out[u.Scope+"/"+u.Key] = u.Active
-	}
-	return out
+	return slots
 }
 
 // 200 concurrent submits against a tenant limit of 10 admit exactly 10, and
@@ -62,8 +59,8 @@ func TestTenantLimitIsExactUnderConcurrency(t *testing.T) {
 	if requests != 10 || outbox != 10 || events != 10 {
 		t.Fatalf("refused submits wrote rows: %d requests, %d outbox, %d events", requests, outbox, events)
 	}
-	if u := f.usage(); u["tenant/flood"] != 10 || u["lane/DEFAULT"] != 10 || u["global/"] != 10 {
-		t.Fatalf("usage %v", u)
+	if u := f.slots(); u["flood"] != 10 || len(u) != 1 {
+		t.Fatalf("tenant slots %v", u)
 	}
 }
 
@@ -95,7 +92,7 @@ func TestFinishedFailedAndCancelledJobsReleaseTheirSlots(t *testing.T) {
 	if a, err := f.store.Accept(f.ctx, req, msg, limits); err != nil || a.Created {
 		t.Fatalf("duplicate at the limit: %+v %v", a, err)
 	}
-	if f.usage()["tenant/acme"] != 3 {
+	if f.slots()["acme"] != 3 {
 		t.Fatal("a duplicate took a slot")
 	}
 	ends := []struct {
@@ -118,7 +115,7 @@ func TestFinishedFailedAndCancelledJobsReleaseTheirSlots(t *testing.T) {
 	for _, e := range ends {
 		e.end(qs[0])
 		qs = qs[1:]
-		if got := f.usage()["tenant/acme"]; got != 2 {
+		if got := f.slots()["acme"]; got != 2 {
 			t.Fatalf("after a job %s: %d active, want 2", e.name, got)
 		}
 		q, err := f.submit("acme", "OCR", ocrInputs, "", limits)
@@ -126,7 +123,7 @@ func TestFinishedFailedAndCancelledJobsReleaseTheirSlots(t *testing.T) {
 			t.Fatalf("after a job %s a slot is free: %v", e.name, err)
 		}
 		qs = append(qs, q)
-		if got := f.usage()["tenant/acme"]; got != 3 {
+		if got := f.slots()["acme"]; got != 3 {
 			t.Fatalf("the new job did not take the slot: %d active", got)
 		}
 	}
@@ -170,13 +167,17 @@ func TestRepairFindsAndFixesLeakedSlots(t *testing.T) {
 	f := setup(t)
 	q := f.accept("OCR")
 	f.create(q)
-	f.submit("beta", "OCR", ocrInputs, "", ledger.Limits{}) //nolint:errcheck
+	for range 2 {
+		if _, err := f.submit("beta", "OCR", ocrInputs, "", ledger.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if fixed, err := f.store.RepairSlots(f.ctx); err != nil || len(fixed) != 0 {
 		t.Fatalf("repair of consistent counters: %+v %v", fixed, err)
 	}
-	// A leak (a slot never given back) and a lost one, and a stray counter.
-	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE admission_usage SET active = active + 3 WHERE scope = 'tenant' AND key = 'acme';
-		UPDATE admission_usage SET active = 0 WHERE scope = 'global';
+	// A leak (a slot never given back), a lost one, and a stray counter.
+	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE admission_usage SET active = active + 3 WHERE key = 'acme';
+		UPDATE admission_usage SET active = 1 WHERE key = 'beta';
 		INSERT INTO admission_usage (scope, key, active) VALUES ('tenant', 'ghost', 4)`); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +187,9 @@ func TestRepairFindsAndFixesLeakedSlots(t *testing.T) {
 	}
 	got := map[string][2]int{}
 	for _, r := range fixed {
-		got[r.Scope+"/"+r.Key] = [2]int{r.Was, r.Counted}
+		got[r.Tenant] = [2]int{r.Was, r.Counted}
 	}
-	want := map[string][2]int{"tenant/acme": {4, 1}, "global/": {0, 2}, "tenant/ghost": {4, 0}}
+	want := map[string][2]int{"acme": {4, 1}, "beta": {1, 2}, "ghost": {4, 0}}
 	if len(got) != len(want) {
 		t.Fatalf("repairs %v, want %v", got, want)
 	}
@@ -197,7 +198,86 @@ func TestRepairFindsAndFixesLeakedSlots(t *testing.T) {
 			t.Fatalf("repairs %v, want %v", got, want)
 		}
 	}
-	if u := f.usage(); u["tenant/acme"] != 1 || u["global/"] != 2 || u["tenant/ghost"] != 0 || u["lane/DEFAULT"] != 2 {
-		t.Fatalf("usage after repair %v", u)
+	if u := f.slots(); u["acme"] != 1 || u["beta"] != 2 || u["ghost"] != 0 {
+		t.Fatalf("slots after repair %v", u)
+	}
+}
+
+// Lane and global limits hold exactly under concurrency although they have
+// no counter: 200 concurrent submits from 20 tenants against a limit of 10
+// admit exactly 10 in the limited scope, and a finished job frees its place.
+func TestLaneAndGlobalLimitsAreExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		limits ledger.Limits
+		scope  string
+		// wantBurst is how many of the 100 BURST submits are admitted.
+		wantBurst int
+	}{
+		{"global", ledger.Limits{Global: 10}, ledger.ScopeGlobal, 0},
+		{"lane", ledger.Limits{Lane: 10}, ledger.ScopeLane, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			var mu sync.Mutex
+			admitted := map[string][]*luciusv1.QueuedJob{} // by lane
+			submit := func(i int) error {
+				q, req, msg, err := f.request(fmt.Sprintf("tenant-%d", i%20), "OCR", ocrInputs, "")
+				if err != nil {
+					return err
+				}
+				if i%2 == 1 {
+					req.Routing.Mode = "BURST"
+				}
+				if _, err := f.store.Accept(f.ctx, req, msg, tt.limits); err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				admitted[req.Routing.Mode] = append(admitted[req.Routing.Mode], q)
+				return nil
+			}
+			var wg sync.WaitGroup
+			for i := range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var limit *ledger.LimitError
+					if err := submit(i); err != nil && !(errors.As(err, &limit) && limit.Scope == tt.scope && limit.Limit == 10) {
+						t.Errorf("submit %d: %v", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+			def, burst := len(admitted["DEFAULT"]), len(admitted["BURST"])
+			if def+burst != 10+tt.wantBurst || tt.scope == ledger.ScopeLane && def != 10 {
+				t.Fatalf("admitted %d DEFAULT and %d BURST; want %d in all, %d BURST", def, burst, 10+tt.wantBurst, tt.wantBurst)
+			}
+			var requests int
+			if err := f.store.Pool().QueryRow(f.ctx, `SELECT count(*) FROM requests`).Scan(&requests); err != nil {
+				t.Fatal(err)
+			}
+			if requests != 10+tt.wantBurst {
+				t.Fatalf("refused submits wrote rows: %d requests", requests)
+			}
+			// Full: refused. A DEFAULT job finishing frees one place.
+			if err := submit(0); !errors.Is(err, ledger.ErrLimitReached) {
+				t.Fatalf("submit at the limit: %v", err)
+			}
+			// The lane case has 10 DEFAULT jobs; under the global limit any
+			// job frees the place.
+			done := append(admitted["DEFAULT"], admitted["BURST"]...)[0]
+			f.create(done)
+			f.succeed(f.current(done.JobId))
+			if err := submit(0); err != nil {
+				t.Fatalf("a place is free: %v", err)
+			}
+			if err := submit(2); !errors.Is(err, ledger.ErrLimitReached) {
+				t.Fatalf("the freed place was taken: %v", err)
+			}
+		})
 	}
 }

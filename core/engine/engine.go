@@ -126,7 +126,7 @@ func setJobStatus(tx *ledger.Tx, j *ledger.Job, to ledger.JobStatus, reason stri
 	tx.Append(ledger.Event{JobID: j.JobID, Type: ledger.EventJobStatusChanged, FromStatus: string(j.Status),
 		ToStatus: string(to), Reason: reason})
 	if to.Terminal() && !j.Status.Terminal() {
-		tx.ReleaseSlots(j.TenantID, j.Routing.Mode) // the admission slot the request took
+		tx.ReleaseSlot(j.TenantID) // the admission slot the request took
 	}
 	j.Status = to
 	if to.Terminal() {

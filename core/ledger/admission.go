@@ -39,35 +39,84 @@ var ErrLimitReached = errors.New("admission limit reached")
 
 func (e *LimitError) Is(target error) bool { return target == ErrLimitReached }
 
-type slotKey struct{ scope, key string }
-
-// slotKeys are a job's three scopes, in locking order.
-func slotKeys(tenant, lane string) []slotKey {
-	return []slotKey{{ScopeTenant, tenant}, {ScopeLane, lane}, {ScopeGlobal, ""}}
-}
-
-// jobSlots names the scopes of one job.
+// jobSlots names the scopes of one new request and their limits.
 type jobSlots struct {
 	tenant, lane string
 	limits       Limits
 }
 
-// takeSlots counts a new request in its scopes unless one is at its limit.
-// It runs last in the transaction (see flush), so the hot lane and global
-// rows stay locked only for the commit.
+// takeSlots admits a new request in its scopes unless one is at its limit.
+// It runs last in the transaction (see flush), so the locks it takes are held
+// only for the commit.
+//
+// A tenant's counter row is shared only by that tenant's own submits and
+// completions. Lanes and the global scope have no counter: a hot row every
+// accept and every completion updates would make each tenant's submits wait
+// on every other tenant's commits, so a flooding tenant would slow everyone.
+// A lane or global limit is instead checked against the live work itself,
+// counted under a lock of that scope, and only while such a limit is set.
 func (t *Tx) takeSlots(ctx context.Context, c jobSlots) error {
-	for i, k := range slotKeys(c.tenant, c.lane) {
-		limit := []int{c.limits.Tenant, c.limits.Lane, c.limits.Global}[i]
-		var active int
-		err := t.tx.QueryRow(ctx, sqlTakeSlot, k.scope, k.key, limit).Scan(&active)
-		if isNoRows(err) {
-			return &LimitError{Scope: k.scope, Key: k.key, Limit: limit}
+	var active int
+	err := t.tx.QueryRow(ctx, sqlTakeSlot, ScopeTenant, c.tenant, c.limits.Tenant).Scan(&active)
+	if isNoRows(err) {
+		return &LimitError{Scope: ScopeTenant, Key: c.tenant, Limit: c.limits.Tenant}
+	}
+	if err != nil {
+		return fmt.Errorf("take tenant slot: %w", err)
+	}
+	for _, s := range sharedScopes(c.lane, c.limits) {
+		// Admissions to one scope serialize on its lock until they commit, so
+		// each counts every admission committed before it.
+		if _, err := t.tx.Exec(ctx, sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key); err != nil {
+			return fmt.Errorf("lock %s scope: %w", s.scope, err)
 		}
+		live, err := countLive(ctx, t.tx, s) // this request included
 		if err != nil {
-			return fmt.Errorf("take %s slot: %w", k.scope, err)
+			return err
+		}
+		if live > s.limit {
+			return &LimitError{Scope: s.scope, Key: s.key, Limit: s.limit}
 		}
 	}
 	return nil
+}
+
+// sharedScope is a lane or the global scope with its limit.
+type sharedScope struct {
+	scope, key string
+	limit      int
+}
+
+// sharedScopes are the lane and global scopes a request must be checked
+// against: those with a limit, in locking order.
+func sharedScopes(lane string, l Limits) []sharedScope {
+	var out []sharedScope
+	if l.Lane > 0 {
+		out = append(out, sharedScope{ScopeLane, lane, l.Lane})
+	}
+	if l.Global > 0 {
+		out = append(out, sharedScope{ScopeGlobal, "", l.Global})
+	}
+	return out
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// countLive counts a shared scope's live work, stopping past its limit: the
+// cost of a check is bounded by the limit, not by the backlog.
+func countLive(ctx context.Context, q querier, s sharedScope) (int, error) {
+	query, args := sqlCountGlobal, []any{s.limit + 1}
+	if s.scope == ScopeLane {
+		query, args = sqlCountLane, []any{s.limit + 1, s.key}
+	}
+	var n int
+	if err := q.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s work: %w", s.scope, err)
+	}
+	return n, nil
 }
 
 // precheckSlots refuses a new request whose scope is already at its limit
@@ -79,102 +128,103 @@ func (s *Store) precheckSlots(ctx context.Context, r Request, l Limits) error {
 		return nil
 	}
 	var exists bool
-	var tenant, lane, global int
-	if err := s.pool.QueryRow(ctx, sqlPrecheckSlots, r.JobID, r.TenantID, r.Routing.Mode).Scan(&exists, &tenant, &lane, &global); err != nil {
+	var tenant int
+	if err := s.pool.QueryRow(ctx, sqlPrecheckSlots, r.JobID, r.TenantID).Scan(&exists, &tenant); err != nil {
 		return fmt.Errorf("admission check: %w", err)
 	}
 	if exists {
 		return nil // a repeated request: Accept answers it, no new slot
 	}
-	for _, c := range []struct {
-		scope, key    string
-		active, limit int
-	}{{ScopeTenant, r.TenantID, tenant, l.Tenant}, {ScopeLane, r.Routing.Mode, lane, l.Lane}, {ScopeGlobal, "", global, l.Global}} {
-		if c.limit > 0 && c.active >= c.limit {
-			return &LimitError{Scope: c.scope, Key: c.key, Limit: c.limit}
+	if l.Tenant > 0 && tenant >= l.Tenant {
+		return &LimitError{Scope: ScopeTenant, Key: r.TenantID, Limit: l.Tenant}
+	}
+	for _, sc := range sharedScopes(r.Routing.Mode, l) {
+		live, err := countLive(ctx, s.pool, sc)
+		if err != nil {
+			return fmt.Errorf("admission check: %w", err)
+		}
+		if live >= sc.limit {
+			return &LimitError{Scope: sc.scope, Key: sc.key, Limit: sc.limit}
 		}
 	}
 	return nil
 }
 
-// ReleaseSlots gives back a job's slots when it reaches a terminal state
-// (written at commit, with the transition).
-func (t *Tx) ReleaseSlots(tenant, lane string) {
-	t.released = append(t.released, jobSlots{tenant: tenant, lane: lane})
+// ReleaseSlot gives back a job's tenant slot when it reaches a terminal state
+// (written at commit, with the transition). Lane and global scopes count live
+// work directly and have nothing to give back.
+func (t *Tx) ReleaseSlot(tenant string) {
+	t.released = append(t.released, tenant)
 }
 
 func (t *Tx) releaseSlots(ctx context.Context) error {
-	for _, r := range t.released {
-		for _, k := range slotKeys(r.tenant, r.lane) {
-			if _, err := t.tx.Exec(ctx, sqlReleaseSlot, k.scope, k.key); err != nil {
-				return fmt.Errorf("release %s slot: %w", k.scope, err)
-			}
+	for _, tenant := range t.released {
+		if _, err := t.tx.Exec(ctx, sqlReleaseSlot, ScopeTenant, tenant); err != nil {
+			return fmt.Errorf("release tenant slot: %w", err)
 		}
 	}
 	return nil
 }
 
-// SlotUsage is one scope's counter.
-type SlotUsage struct {
-	Scope, Key string
-	Active     int
-}
-
-// Usage lists the counters.
-func (s *Store) Usage(ctx context.Context) ([]SlotUsage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT scope, key, active FROM admission_usage ORDER BY scope, key`)
+// TenantSlots lists the tenants' counters: active jobs by tenant.
+func (s *Store) TenantSlots(ctx context.Context) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key, active FROM admission_usage WHERE scope = 'tenant'`)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SlotUsage, error) {
-		var u SlotUsage
-		return u, row.Scan(&u.Scope, &u.Key, &u.Active)
-	})
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var tenant string
+		var active int
+		if err := rows.Scan(&tenant, &active); err != nil {
+			return nil, err
+		}
+		out[tenant] = active
+	}
+	return out, rows.Err()
 }
 
-// SlotRepair is a counter that disagreed with the live work it counts.
+// SlotRepair is a tenant counter that disagreed with the live work it counts.
 type SlotRepair struct {
-	Scope, Key   string
+	Tenant       string
 	Was, Counted int
 }
 
-// RepairSlots finds counters that disagree with the live requests and jobs
-// (a leaked or lost slot) and sets each to its exact count, recounted under
-// the counter's lock so concurrent submits and completions are not disturbed.
+// RepairSlots finds tenant counters that disagree with the live requests and
+// jobs (a leaked or lost slot) and sets each to its exact count, recounted
+// under the counter's lock so concurrent submits and completions are not
+// disturbed.
 func (s *Store) RepairSlots(ctx context.Context) ([]SlotRepair, error) {
 	rows, err := s.pool.Query(ctx, sqlSlotMismatches)
 	if err != nil {
 		return nil, fmt.Errorf("slot check: %w", err)
 	}
-	suspects, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (slotKey, error) {
-		var k slotKey
-		return k, row.Scan(&k.scope, &k.key)
-	})
+	suspects, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("slot check: %w", err)
 	}
 	var fixed []SlotRepair
-	for _, k := range suspects {
-		var r SlotRepair
+	for _, tenant := range suspects {
+		r := SlotRepair{Tenant: tenant}
 		err := s.InTx(ctx, func(tx *Tx) error {
-			r = SlotRepair{Scope: k.scope, Key: k.key}
-			if _, err := tx.tx.Exec(ctx, sqlCreateSlot, k.scope, k.key); err != nil {
+			if _, err := tx.tx.Exec(ctx, sqlCreateSlot, tenant); err != nil {
 				return err
 			}
-			if err := tx.tx.QueryRow(ctx, sqlLockSlot, k.scope, k.key).Scan(&r.Was); err != nil {
+			if err := tx.tx.QueryRow(ctx, sqlLockSlot, tenant).Scan(&r.Was); err != nil {
 				return err
 			}
-			if err := tx.tx.QueryRow(ctx, sqlCountLive, k.scope, k.key).Scan(&r.Counted); err != nil {
+			if err := tx.tx.QueryRow(ctx, sqlCountTenant, tenant).Scan(&r.Counted); err != nil {
 				return err
 			}
 			if r.Was == r.Counted {
 				return nil
 			}
-			_, err := tx.tx.Exec(ctx, `UPDATE admission_usage SET active = $3 WHERE scope = $1 AND key = $2`, k.scope, k.key, r.Counted)
+			_, err := tx.tx.Exec(ctx, `UPDATE admission_usage SET active = $2 WHERE scope = 'tenant' AND key = $1`, tenant, r.Counted)
 			return err
 		})
 		if err != nil {
-			return fixed, fmt.Errorf("repair %s %q: %w", k.scope, k.key, err)
+			return fixed, fmt.Errorf("repair tenant %q: %w", tenant, err)
 		}
 		if r.Was != r.Counted {
 			fixed = append(fixed, r)
@@ -190,31 +240,32 @@ const (
 	RETURNING active`
 
 	sqlPrecheckSlots = `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1),
-	coalesce((SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $2), 0),
-	coalesce((SELECT active FROM admission_usage WHERE scope = 'lane' AND key = $3), 0),
-	coalesce((SELECT active FROM admission_usage WHERE scope = 'global' AND key = ''), 0)`
+	coalesce((SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $2), 0)`
 
 	sqlReleaseSlot = `UPDATE admission_usage SET active = greatest(active - 1, 0) WHERE scope = $1 AND key = $2`
 
-	sqlCreateSlot = `INSERT INTO admission_usage (scope, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`
-	sqlLockSlot   = `SELECT active FROM admission_usage WHERE scope = $1 AND key = $2 FOR UPDATE`
+	sqlLockScope = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
-	// live is the work holding slots: requests no orchestrator claimed yet and
-	// jobs not yet terminal (claiming sets claimed_at in the job's transaction).
-	sqlLive = `SELECT tenant_id, resolved_mode FROM requests WHERE claimed_at IS NULL
-	UNION ALL SELECT tenant_id, resolved_mode FROM jobs WHERE completed_at IS NULL`
+	// The live work of a lane or of everyone, up to $1 rows of each kind:
+	// requests no orchestrator claimed yet and jobs not yet terminal (claiming
+	// sets claimed_at in the job's transaction, so no job counts twice).
+	sqlCountLane = `SELECT (SELECT count(*) FROM (SELECT FROM requests WHERE claimed_at IS NULL AND resolved_mode = $2 LIMIT $1) r)
+	+ (SELECT count(*) FROM (SELECT FROM jobs WHERE completed_at IS NULL AND resolved_mode = $2 LIMIT $1) j)`
+	sqlCountGlobal = `SELECT (SELECT count(*) FROM (SELECT FROM requests WHERE claimed_at IS NULL LIMIT $1) r)
+	+ (SELECT count(*) FROM (SELECT FROM jobs WHERE completed_at IS NULL LIMIT $1) j)`
 
-	sqlCountLive = `SELECT count(*) FROM (` + sqlLive + `) l
-	WHERE ($1 = 'tenant' AND l.tenant_id = $2) OR ($1 = 'lane' AND l.resolved_mode = $2) OR $1 = 'global'`
+	sqlCreateSlot = `INSERT INTO admission_usage (scope, key) VALUES ('tenant', $1) ON CONFLICT DO NOTHING`
+	sqlLockSlot   = `SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $1 FOR UPDATE`
 
-	// sqlSlotMismatches compares every counter with one consistent count.
-	sqlSlotMismatches = `WITH live AS (` + sqlLive + `),
-	counted AS (
-		SELECT 'tenant' AS scope, tenant_id AS key, count(*) AS n FROM live GROUP BY tenant_id
-		UNION ALL SELECT 'lane', resolved_mode, count(*) FROM live GROUP BY resolved_mode
-		UNION ALL SELECT 'global', '', count(*) FROM live)
-	SELECT coalesce(c.scope, u.scope), coalesce(c.key, u.key) FROM counted c
-	FULL JOIN admission_usage u ON u.scope = c.scope AND u.key = c.key
+	sqlLiveTenants = `SELECT tenant_id FROM requests WHERE claimed_at IS NULL
+	UNION ALL SELECT tenant_id FROM jobs WHERE completed_at IS NULL`
+
+	sqlCountTenant = `SELECT count(*) FROM (` + sqlLiveTenants + `) l WHERE l.tenant_id = $1`
+
+	// sqlSlotMismatches compares every tenant counter with one consistent count.
+	sqlSlotMismatches = `WITH counted AS (SELECT tenant_id AS key, count(*) AS n FROM (` + sqlLiveTenants + `) l GROUP BY tenant_id),
+	usage AS (SELECT key, active FROM admission_usage WHERE scope = 'tenant')
+	SELECT coalesce(c.key, u.key) FROM counted c FULL JOIN usage u ON u.key = c.key
 	WHERE coalesce(c.n, 0) <> coalesce(u.active, 0)
-	ORDER BY 1, 2`
+	ORDER BY 1`
 )

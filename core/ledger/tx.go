@@ -14,9 +14,10 @@ import (
 // Events and outbox messages are buffered and written in bulk at commit.
 type Tx struct {
 	tx pgx.Tx
-	// claim and released are admission slots taken or given back at commit.
+	// claim is the admission a new request asks for at commit; released are
+	// the tenants whose slots terminal jobs give back.
 	claim    *jobSlots
-	released []jobSlots
+	released []string
 	events   []Event
 	outbox   []OutboxMessage
 }
@@ -291,7 +292,8 @@ func (t *Tx) flush(ctx context.Context) error {
 			return fmt.Errorf("enqueue outbox: %w", err)
 		}
 	}
-	// Slot counters last: their hot rows stay locked only until the commit.
+	// Admission last: the tenant counter row and a limited scope's lock stay
+	// held only until the commit.
 	if err := t.releaseSlots(ctx); err != nil {
 		return err
 	}

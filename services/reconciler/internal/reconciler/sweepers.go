@@ -202,7 +202,7 @@ func slotRepair(store *ledger.Store, cfg SweepConfig) func(context.Context, *swe
 			}
 			for _, r := range fixed {
 				m.action(ctx, "slots", "REPAIRED")
-				m.log.WarnContext(ctx, "sweeper slots: admission counter repaired", "scope", r.Scope, "key", r.Key,
+				m.log.WarnContext(ctx, "sweeper slots: admission counter repaired", telemetry.TenantID(r.Tenant),
 					"counted", r.Was, "live", r.Counted)
 			}
 		})
