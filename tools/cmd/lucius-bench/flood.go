@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,23 +26,44 @@ import (
 // floodConfig is the -flood scenario (seed 004 §10): one tenant submits with
 // 10x its concurrent job limit in flight, retrying at once when refused; we
 // measure another tenant's Submit latency at a steady rate, alone and during
-// the flood. Each step takes 500ms (LUCIUS_WORKER_DELAY), as real work does.
+// the flood. Each step takes floodStepDelay (LUCIUS_WORKER_DELAY), as real
+// work does.
 type floodConfig struct {
 	limit    int     // the flooding tenant's concurrent job limit
 	factor   int     // its submitters, in multiples of limit (default 10)
 	calmRate float64 // the calm tenant's submits per second (default 20)
-	calm     int     // the calm tenant's submits per phase
+	calm     int     // the calm tenant's samples per condition
+	samples  string  // file to write every calm sample to (CSV), or ""
 }
 
 var floodCfg *floodConfig
 
+const (
+	// floodStepDelay is how long each step takes in the flood scenario.
+	floodStepDelay = 500 * time.Millisecond
+	// The flooding tenant's clients are switched on and off in windows of
+	// floodWindow. After one starts, floodSettle passes before samples count
+	// (its submitters reach their pace, the other's paced refusals in flight
+	// are answered); after both stop, floodDrain passes before samples count
+	// as alone (its admitted jobs, three steps each, finish too).
+	floodWindow = 6 * time.Second
+	floodSettle = time.Second
+	floodDrain  = 2500 * time.Millisecond
+)
+
+// Conditions a calm sample is taken in.
+const (
+	condWarmUp     = "warm-up"
+	condAlone      = "alone"
+	condFlood      = "flood"
+	condAtLimit    = "at-limit"
+	condTransition = "transition" // the flood starting or stopping: not counted
+)
+
 func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input, workspace string, payload *structpb.Struct) error {
-	if cfg.calmRate <= 0 {
-		cfg.calmRate = 20
-	}
 	// p99 of fewer than ~1,000 samples is the few slowest calls, noise on a
-	// shared two-core machine; -n sets the samples per phase (at most 2,000).
-	cfg.calm = min(cfg.calm, 2000)
+	// shared two-core machine; -n sets the samples per condition (at most 3,000).
+	cfg.calm = min(cfg.calm, 3000)
 	configs := luciusv1.NewConfigServiceClient(conn)
 	limit := int32(cfg.limit)
 	if _, err := configs.UpdateTenantConfig(ctx, &luciusv1.UpdateTenantConfigRequest{Config: &luciusv1.TenantConfig{
@@ -48,95 +71,201 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		return err
 	}
 	client := luciusv1.NewCommandServiceClient(conn)
-	var seq atomic.Int64
-	submit := func(tenant string) (time.Duration, error) {
-		i := seq.Add(1)
-		t0 := time.Now()
-		_, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
-			TenantId: tenant, RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: input,
-			OutputRef: fmt.Sprintf("file://%s/out/flood-%d.json", workspace, i), Payload: payload,
-			IdempotencyKey: fmt.Sprintf("flood-%d-%d", time.Now().UnixNano(), i)}})
-		return time.Since(t0), err
-	}
-	calm := func(n int) ([]time.Duration, error) {
-		var lat []time.Duration
-		start := time.Now()
-		for i := range n {
-			time.Sleep(time.Until(start.Add(time.Duration(float64(i) / cfg.calmRate * float64(time.Second)))))
-			d, err := submit("calm")
-			if err != nil {
-				return nil, fmt.Errorf("calm submit: %w", err)
-			}
-			lat = append(lat, d)
+	fmt.Printf("flood scenario: calm tenant at %.0f submits/s, %d samples per condition; the flooding tenant (limit %d) absent, at its limit (%d submitters) or flooding (%d submitters), changing every %s\n",
+		cfg.calmRate, cfg.calm, cfg.limit, cfg.limit, cfg.factor*cfg.limit, floodWindow)
+
+	// The calm tenant submits at a steady rate for the whole run; each
+	// sample is counted in the condition that held from its start to its end.
+	var condition atomic.Value
+	condition.Store(condWarmUp)
+	began := time.Now()
+	var mu sync.Mutex
+	var log []string // every calm sample: condition, when (Unix seconds), latency
+	byCondition := map[string][]time.Duration{}
+	var calmErr error // the first failed calm submit, under mu
+	calmCtx, stopCalm := context.WithCancel(ctx)
+	defer stopCalm()
+	calmDone := make(chan struct{})
+	go func() {
+		defer close(calmDone)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for i := 0; calmCtx.Err() == nil; i++ {
+			time.Sleep(time.Until(began.Add(time.Duration(float64(i) / cfg.calmRate * float64(time.Second)))))
+			wg.Add(1)
+			go func() { // open loop: a slow call does not delay the next
+				defer wg.Done()
+				c0, at := condition.Load().(string), time.Since(began)
+				_, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
+					TenantId: "calm", RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: input,
+					OutputRef: fmt.Sprintf("file://%s/out/calm-%d.json", workspace, i), Payload: payload,
+					IdempotencyKey: fmt.Sprintf("calm-%d-%d", began.UnixNano(), i)}})
+				d := time.Since(began) - at
+				c := c0
+				if condition.Load().(string) != c0 {
+					c = condTransition
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if calmErr == nil {
+						calmErr = fmt.Errorf("calm submit: %w", err)
+					}
+					stopCalm()
+					return
+				}
+				byCondition[c] = append(byCondition[c], d)
+				log = append(log, fmt.Sprintf("%s,%.3f,%.3f", c, float64(began.Add(at).UnixMilli())/1000, float64(d)/float64(time.Millisecond)))
+			}()
 		}
-		return lat, nil
+	}()
+	// stopped stops the calm tenant and returns why it failed, if it did.
+	stopped := func() error {
+		stopCalm()
+		<-calmDone
+		mu.Lock()
+		defer mu.Unlock()
+		return calmErr
+	}
+	count := func(c string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(byCondition[c])
+	}
+	wait := func(d time.Duration) error {
+		select {
+		case <-calmCtx.Done():
+			if err := stopped(); err != nil {
+				return err
+			}
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
 	}
 
-	// Alone and flooded alternate in rounds and each condition's samples are
-	// pooled: the suite slows as its tables grow over the run, which would
-	// otherwise be charged to whichever condition came last.
-	const rounds = 3
-	per := max(cfg.calm/rounds, 1)
-	fmt.Printf("flood scenario: calm tenant at %.0f submits/s (%d per condition, in %d alternating rounds); flooding tenant limit %d, %d submitters\n",
-		cfg.calmRate, per*rounds, rounds, cfg.limit, cfg.factor*cfg.limit)
-	if _, err := calm(min(cfg.calm, 200)); err != nil { // warm-up
+	if err := wait(10 * time.Second); err != nil { // warm-up
 		return err
 	}
-	var alone, during []time.Duration
-	var accepted, refused, failed int64
-	var flooded time.Duration
-	for range rounds {
-		lat, err := calm(per)
-		if err != nil {
-			return err
-		}
-		alone = append(alone, lat...)
-		t0 := time.Now()
-		lat, counts, err := whileFlooding(ctx, cfg, conn.Target(), input, workspace, func() ([]time.Duration, error) { return calm(per) })
-		if err != nil {
-			return err
-		}
-		flooded += time.Since(t0)
-		during = append(during, lat...)
-		accepted, refused, failed = accepted+counts[0], refused+counts[1], failed+counts[2]
+	// Two clients of the flooding tenant, one running at a time: one keeps
+	// its limit's worth of submits in flight (a tenant using what it is
+	// allowed), the other factor times that (the flood).
+	atLimit, err := startFlooder(ctx, cfg, 1, conn.Target(), input, workspace)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("\nRESULT flood: %d accepted, %d refused (429), %d failed; %.0f flood submits/s\n",
-		accepted, refused, failed, float64(accepted+refused)/flooded.Seconds())
-	fmt.Printf("  calm tenant Submit alone        p50 %s  p95 %s  p99 %s\n", pct(alone, 50), pct(alone, 95), pct(alone, 99))
-	fmt.Printf("  calm tenant Submit during flood p50 %s  p95 %s  p99 %s\n", pct(during, 50), pct(during, 95), pct(during, 99))
-	fmt.Printf("  p99 during / alone: %.2f (goal <= 1.50)\n", float64(pct(during, 99))/float64(pct(alone, 99)))
+	defer atLimit.cmd.Process.Kill() //nolint:errcheck // gone already unless the run failed
+	flood, err := startFlooder(ctx, cfg, cfg.factor, conn.Target(), input, workspace)
+	if err != nil {
+		return err
+	}
+	defer flood.cmd.Process.Kill() //nolint:errcheck
+	// Windows cycle flooded, alone and at the limit, many times over, so
+	// that what else happens on the machine (a vacuum, a burst of other
+	// work, the tables growing) falls on every condition alike.
+	cycle := []struct {
+		condition string
+		running   *flooder
+		hold      time.Duration
+	}{{condFlood, flood, floodSettle}, {condAlone, nil, floodDrain}, {condAtLimit, atLimit, floodSettle}}
+	on := map[*flooder]time.Duration{}
+	for i := 0; count(condAlone) < cfg.calm || count(condFlood) < cfg.calm || count(condAtLimit) < cfg.calm; i++ {
+		w := cycle[i%len(cycle)]
+		condition.Store(condTransition)
+		t0 := time.Now()
+		for _, f := range []*flooder{atLimit, flood} {
+			if err := f.pause(f != w.running); err != nil {
+				return err
+			}
+		}
+		if err := wait(w.hold); err != nil {
+			return err
+		}
+		condition.Store(w.condition)
+		if err := wait(floodWindow - w.hold); err != nil {
+			return err
+		}
+		on[w.running] += time.Since(t0)
+	}
+	condition.Store(condTransition)
+	if err := stopped(); err != nil {
+		return err
+	}
+	counts, err := flood.stop()
+	if err != nil {
+		return err
+	}
+	if _, err := atLimit.stop(); err != nil {
+		return err
+	}
+	alone, limited, flooded := byCondition[condAlone], byCondition[condAtLimit], byCondition[condFlood]
+	fmt.Printf("\nRESULT flood: %d accepted, %d refused (429), %d failed; %.0f flood submits/s while on\n",
+		counts[0], counts[1], counts[2], float64(counts[0]+counts[1])/on[flood].Seconds())
+	for _, c := range []struct {
+		name string
+		lat  []time.Duration
+	}{{"alone", alone}, {"flooding tenant at its limit", limited}, {fmt.Sprintf("flooding tenant at %dx", cfg.factor), flooded}} {
+		fmt.Printf("  calm tenant Submit, %-29s p50 %-7s p95 %-7s p99 %-7s (%d samples)\n", c.name, pct(c.lat, 50), pct(c.lat, 95), pct(c.lat, 99), len(c.lat))
+	}
+	ratio := func(a, b []time.Duration) float64 { return float64(pct(a, 99)) / float64(pct(b, 99)) }
+	fmt.Printf("  p99 flooded / alone: %.2f (goal <= 1.50); flooded / at its limit: %.2f; at its limit / alone: %.2f\n",
+		ratio(flooded, alone), ratio(flooded, limited), ratio(limited, alone))
+	if cfg.samples != "" {
+		return os.WriteFile(cfg.samples, []byte("condition,unix_s,latency_ms\n"+strings.Join(log, "\n")+"\n"), 0o644)
+	}
 	return nil
 }
 
-// whileFlooding runs measure while a flooding client submits, and returns
-// its latencies and the flood's accepted, refused and failed counts. The
-// flooder runs as its own process at the lowest CPU priority: on a
-// one-machine benchmark its client-side work would otherwise be counted
-// against the suite, which in production runs on other machines.
-func whileFlooding(ctx context.Context, cfg floodConfig, target, input, workspace string,
-	measure func() ([]time.Duration, error)) ([]time.Duration, [3]int64, error) {
-	var counts [3]int64
+// flooder is the flooding client: its own process at the lowest CPU
+// priority (on a one-machine benchmark its client-side work would otherwise
+// be counted against the suite, which in production runs on other
+// machines), paused and resumed with SIGSTOP and SIGCONT.
+type flooder struct {
+	cmd *exec.Cmd
+	out io.Reader
+}
+
+func startFlooder(ctx context.Context, cfg floodConfig, factor int, target, input, workspace string) (*flooder, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, counts, err
+		return nil, err
 	}
-	flooder := exec.CommandContext(ctx, "nice", "-n", "19", self, "-flood-client", target,
-		"-flood-limit", strconv.Itoa(cfg.limit), "-flood-factor", strconv.Itoa(cfg.factor), "-flood-input", input, "-flood-workspace", workspace)
-	flooder.Stderr = os.Stderr
-	out, err := flooder.StdoutPipe()
+	cmd := exec.CommandContext(ctx, "nice", "-n", "19", self, "-flood-client", target,
+		"-flood-limit", strconv.Itoa(cfg.limit), "-flood-factor", strconv.Itoa(factor), "-flood-input", input, "-flood-workspace", workspace)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, counts, err
+		return nil, err
 	}
-	if err := flooder.Start(); err != nil {
-		return nil, counts, err
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
-	time.Sleep(2 * time.Second) // let the flood reach its pace
-	lat, err := measure()
-	_ = flooder.Process.Signal(os.Interrupt)
-	report, _ := io.ReadAll(out)
-	_ = flooder.Wait()
-	fmt.Sscanf(string(report), "%d %d %d", &counts[0], &counts[1], &counts[2])
-	return lat, counts, err
+	return &flooder{cmd: cmd, out: out}, nil
+}
+
+func (f *flooder) pause(paused bool) error {
+	if paused {
+		return f.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+	return f.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// stop ends the flood and returns its accepted, refused and failed counts.
+func (f *flooder) stop() ([3]int64, error) {
+	var counts [3]int64
+	_ = f.cmd.Process.Signal(syscall.SIGCONT)
+	if err := f.cmd.Process.Signal(os.Interrupt); err != nil {
+		return counts, err
+	}
+	report, err := io.ReadAll(f.out)
+	if err != nil {
+		return counts, err
+	}
+	if err := f.cmd.Wait(); err != nil {
+		return counts, fmt.Errorf("flooding client: %w", err)
+	}
+	_, err = fmt.Sscanf(string(report), "%d %d %d", &counts[0], &counts[1], &counts[2])
+	return counts, err
 }
 
 // floodClient is the flooding tenant (-flood-client): submitters (10x its

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,16 +33,17 @@ var benchEnv = map[string]string{}
 func main() {
 	bin := flag.String("bin", ".build/bin", "directory holding the service binaries")
 	data := flag.String("data", ".build/bench", "directory for the benchmark's cluster (recreated)")
-	n := flag.Int("n", 1000, "jobs to submit")
+	n := flag.Int("n", 1000, "jobs to submit (with -flood: the calm tenant's samples per condition)")
 	c := flag.Int("c", 32, "concurrent submitting clients")
 	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
 	rate := flag.Float64("rate", 0, "submit at this many jobs/s (open loop); 0 submits as fast as the clients can")
 	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
 	extraEnv := flag.String("env", "", "extra environment for every process, K=V pairs separated by commas (e.g. LUCIUS_PPROF=true)")
-	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, then while another floods at 10x its limit")
+	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, while another tenant works at its limit and while it floods at 10x its limit")
 	floodLimit := flag.Int("flood-limit", 5, "with -flood: the flooding tenant's concurrent job limit")
-	floodFactor := flag.Int("flood-factor", 10, "with -flood: the flooding tenant keeps this many times its limit in flight (1: a control run, its limit's worth of work and no refusals)")
+	floodFactor := flag.Int("flood-factor", 10, "with -flood: the flooding tenant keeps this many times its limit in flight")
 	floodTarget := flag.String("flood-client", "", "internal: run as the -flood scenario's flooding client against this gateway")
+	floodSamples := flag.String("flood-samples", "", "with -flood: write every calm submit (condition, time, latency) to this CSV file")
 	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
 	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
 	flag.Parse()
@@ -58,7 +60,10 @@ func main() {
 		}
 	}
 	if *flood {
-		floodCfg = &floodConfig{limit: *floodLimit, factor: *floodFactor, calmRate: *rate, calm: *n}
+		floodCfg = &floodConfig{limit: *floodLimit, factor: *floodFactor, calmRate: *rate, calm: *n, samples: *floodSamples}
+		if floodCfg.calmRate <= 0 {
+			floodCfg.calmRate = 20
+		}
 	}
 	if err := run(*bin, *data, *n, *c, *rate, *real, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
@@ -89,8 +94,13 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	}
 	if floodCfg != nil {
 		// Steps take time, as real work does: a tenant's concurrency limit
-		// then bounds its throughput, not only its backlog.
-		env["LUCIUS_WORKER_DELAY"] = "500ms"
+		// then bounds its throughput, not only its backlog. Workers run
+		// enough steps at once to keep up with both tenants (with the default
+		// 4 a worker finishes 8 steps/s, and the calm tenant's backlog, not
+		// the flood, would grow through the run).
+		env["LUCIUS_WORKER_DELAY"] = floodStepDelay.String()
+		need := floodCfg.calmRate*floodStepDelay.Seconds() + float64(floodCfg.limit)
+		env["LUCIUS_WORKER_CONCURRENCY"] = strconv.Itoa(int(2 * need))
 	}
 	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
 	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out})

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -66,36 +67,21 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		s.count(ctx, "invalid", cmd.GetRequestType())
 		return nil, server.InvalidArgument(violations...).Err()
 	}
-	log := s.log.With(telemetry.JobID(a.jobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
-		slog.String(telemetry.KeyCorrelationID, cmd.GetCorrelationId()))
-	pinned := ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
-		Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason}
-	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cmd)
-	log.DebugContext(ctx, "workflow pinned", "workflow", a.workflow.Key())
-	if err != nil {
-		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
-	}
-	request := ledger.Request{
-		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
-		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
-		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(),
-		Command: raw, Routing: pinned,
-	}
-	msg, err := engine.QueuedJobMessage(ctx, request, cmd)
-	if err != nil {
-		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode queued job").Err()
-	}
 	gated, probe := s.gate.enter(a.tenant, a.limits.Tenant)
 	if gated != nil {
-		// Refused at its limit a moment ago: refuse again without writing,
-		// unless this repeats an accepted command (answered as a duplicate).
+		// Refused at its limit a moment ago: refuse again without writing or
+		// encoding anything, unless this repeats an accepted command
+		// (answered as a duplicate).
 		if exists, err := s.store.RequestExists(ctx, a.jobID); err != nil || !exists {
 			s.count(ctx, "limited", cmd.GetRequestType())
 			loop.Sleep(ctx, min(a.retryAfter, refusalPace))
 			return nil, limitError(gated, a.retryAfter).Err()
 		}
 	}
-	res, err := s.store.Accept(ctx, request, msg, a.limits)
+	log := s.log.With(telemetry.JobID(a.jobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
+		slog.String(telemetry.KeyCorrelationID, cmd.GetCorrelationId()))
+	log.DebugContext(ctx, "workflow pinned", "workflow", a.workflow.Key())
+	res, err := s.accept(ctx, a, cmd)
 	var limit *ledger.LimitError
 	errors.As(err, &limit)
 	if gated == nil {
@@ -112,6 +98,9 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		return nil, server.Error(codes.AlreadyExists, server.ReasonIdempotencyKeyReused,
 			"idempotency_key was already used by this tenant for a different command; use a new key",
 			"job_id", a.jobID).Err()
+	case errors.Is(err, errEncode):
+		log.ErrorContext(ctx, "encode command", telemetry.Err(err))
+		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
 	case err != nil:
 		log.ErrorContext(ctx, "accept command", telemetry.Err(err))
 		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the command could not be stored; retry").Err()
@@ -124,6 +113,30 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition)
 	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Job.Status), Duplicate: !res.Created,
 		AcceptTime: timestamppb.New(res.ReceivedAt)}, nil
+}
+
+// errEncode marks a command that could not be encoded for storage.
+var errEncode = errors.New("encode")
+
+// accept stores an admitted command: the request with its pinned routing
+// and the orchestrator-jobs message, under the admission limits.
+func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.Command) (ledger.Accepted, error) {
+	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cmd)
+	if err != nil {
+		return ledger.Accepted{}, fmt.Errorf("%w command: %w", errEncode, err)
+	}
+	request := ledger.Request{
+		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
+		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
+		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(),
+		Command: raw, Routing: ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
+			Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason},
+	}
+	msg, err := engine.QueuedJobMessage(ctx, request, cmd)
+	if err != nil {
+		return ledger.Accepted{}, fmt.Errorf("%w queued job: %w", errEncode, err)
+	}
+	return s.store.Accept(ctx, request, msg, a.limits)
 }
 
 func (s *commandService) count(ctx context.Context, outcome, requestType string) {
