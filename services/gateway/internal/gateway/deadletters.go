@@ -38,17 +38,11 @@ func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.L
 	case luciusv1.DeadLetterKind_DEAD_LETTER_KIND_BUS:
 		filter.Kind = ledger.DeadLetterBus
 	}
-	if tok := req.GetPageToken(); tok != "" {
-		var raw string
-		if err := decodeToken(tok, &raw); err != nil {
-			return nil, invalidPageToken()
-		}
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, invalidPageToken()
-		}
-		filter.BeforeID = n
+	before, err := decodeIDToken(req.GetPageToken(), 1)
+	if err != nil {
+		return nil, err
 	}
+	filter.BeforeID = before
 	list, err := s.store.ListDeadLetters(ctx, filter)
 	if err != nil {
 		return nil, s.error(ctx, err)
@@ -56,7 +50,7 @@ func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.L
 	resp := &luciusv1.ListDeadLettersResponse{}
 	if len(list) > size {
 		list = list[:size]
-		resp.NextPageToken = encodeToken(strconv.FormatInt(list[size-1].ID, 10))
+		resp.NextPageToken = encodeIDToken(list[size-1].ID)
 	}
 	for _, d := range list {
 		resp.DeadLetters = append(resp.DeadLetters, deadLetterToProto(d))

@@ -130,17 +130,9 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEve
 	if size == 0 {
 		size = 200
 	}
-	var after int64
-	if tok := req.GetPageToken(); tok != "" {
-		var raw string
-		if err := decodeToken(tok, &raw); err != nil {
-			return nil, invalidPageToken()
-		}
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || n < 0 {
-			return nil, invalidPageToken()
-		}
-		after = n
+	after, err := decodeIDToken(req.GetPageToken(), 0)
+	if err != nil {
+		return nil, err
 	}
 	events, err := s.store.ListEvents(ctx, req.GetJobId(), after, size+1)
 	if err != nil {
@@ -149,7 +141,7 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEve
 	resp := &luciusv1.ListJobEventsResponse{}
 	if len(events) > size {
 		events = events[:size]
-		resp.NextPageToken = encodeToken(strconv.FormatInt(events[size-1].ID, 10))
+		resp.NextPageToken = encodeIDToken(events[size-1].ID)
 	}
 	for _, e := range events {
 		resp.Events = append(resp.Events, eventToProto(e))
@@ -209,4 +201,24 @@ func decodeToken(tok string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// encodeIDToken is the page token of lists ordered by a numeric id.
+func encodeIDToken(id int64) string { return encodeToken(strconv.FormatInt(id, 10)) }
+
+// decodeIDToken reads an encodeIDToken token, 0 when there is none; an id
+// below minID is not one this API returned.
+func decodeIDToken(tok string, minID int64) (int64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	var raw string
+	if err := decodeToken(tok, &raw); err != nil {
+		return 0, invalidPageToken()
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id < minID {
+		return 0, invalidPageToken()
+	}
+	return id, nil
 }

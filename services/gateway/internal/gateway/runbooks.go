@@ -378,17 +378,9 @@ func (s *runbookService) ListBatches(ctx context.Context, req *luciusv1.ListBatc
 	if size == 0 {
 		size = 50
 	}
-	var after int64
-	if tok := req.GetPageToken(); tok != "" {
-		var raw string
-		if err := decodeToken(tok, &raw); err != nil {
-			return nil, invalidPageToken()
-		}
-		n, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, invalidPageToken()
-		}
-		after = n
+	after, err := decodeIDToken(req.GetPageToken(), 1)
+	if err != nil {
+		return nil, err
 	}
 	batches, err := s.store.Batches(ctx, req.GetRunbookName(), after, size+1)
 	if err != nil {
@@ -397,7 +389,7 @@ func (s *runbookService) ListBatches(ctx context.Context, req *luciusv1.ListBatc
 	resp := &luciusv1.ListBatchesResponse{}
 	if len(batches) > size {
 		batches = batches[:size]
-		resp.NextPageToken = encodeToken(strconv.FormatInt(batches[size-1].ID, 10))
+		resp.NextPageToken = encodeIDToken(batches[size-1].ID)
 	}
 	for i := range batches {
 		resp.Batches = append(resp.Batches, batchToProto(&batches[i]))
