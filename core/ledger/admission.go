@@ -57,7 +57,7 @@ type jobSlots struct {
 // counted under a lock of that scope, and only while such a limit is set.
 func (t *Tx) takeSlots(ctx context.Context, c jobSlots) error {
 	var active int
-	err := t.tx.QueryRow(ctx, sqlTakeSlot, ScopeTenant, c.tenant, c.limits.Tenant).Scan(&active)
+	err := t.tx.QueryRow(ctx, sqlTakeSlot, c.tenant, c.limits.Tenant).Scan(&active)
 	if isNoRows(err) {
 		return &LimitError{Scope: ScopeTenant, Key: c.tenant, Limit: c.limits.Tenant}
 	}
@@ -159,7 +159,7 @@ func (t *Tx) ReleaseSlot(tenant string) {
 
 func (t *Tx) releaseSlots(ctx context.Context) error {
 	for _, tenant := range t.released {
-		if _, err := t.tx.Exec(ctx, sqlReleaseSlot, ScopeTenant, tenant); err != nil {
+		if _, err := t.tx.Exec(ctx, sqlReleaseSlot, tenant); err != nil {
 			return fmt.Errorf("release tenant slot: %w", err)
 		}
 	}
@@ -234,15 +234,15 @@ func (s *Store) RepairSlots(ctx context.Context) ([]SlotRepair, error) {
 }
 
 const (
-	// sqlTakeSlot counts one more active job unless the scope is at $3 (0: no limit).
-	sqlTakeSlot = `INSERT INTO admission_usage AS u (scope, key, active) VALUES ($1, $2, 1)
-	ON CONFLICT (scope, key) DO UPDATE SET active = u.active + 1 WHERE $3 = 0 OR u.active < $3
+	// sqlTakeSlot counts one more active job of tenant $1 unless it is at $2 (0: no limit).
+	sqlTakeSlot = `INSERT INTO admission_usage AS u (scope, key, active) VALUES ('tenant', $1, 1)
+	ON CONFLICT (scope, key) DO UPDATE SET active = u.active + 1 WHERE $2 = 0 OR u.active < $2
 	RETURNING active`
 
 	sqlPrecheckSlots = `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1),
 	coalesce((SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $2), 0)`
 
-	sqlReleaseSlot = `UPDATE admission_usage SET active = greatest(active - 1, 0) WHERE scope = $1 AND key = $2`
+	sqlReleaseSlot = `UPDATE admission_usage SET active = greatest(active - 1, 0) WHERE scope = 'tenant' AND key = $1`
 
 	sqlLockScope = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
