@@ -80,7 +80,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 	condition.Store(condWarmUp)
 	began := time.Now()
 	var mu sync.Mutex
-	var log []string // every calm sample: condition, when (Unix seconds), latency
+	var sampleRows []string // every calm sample: condition, when (Unix seconds), latency
 	byCondition := map[string][]time.Duration{}
 	var calmErr error // the first failed calm submit, under mu
 	calmCtx, stopCalm := context.WithCancel(ctx)
@@ -115,7 +115,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 					return
 				}
 				byCondition[c] = append(byCondition[c], d)
-				log = append(log, fmt.Sprintf("%s,%.3f,%.3f", c, float64(began.Add(at).UnixMilli())/1000, float64(d)/float64(time.Millisecond)))
+				sampleRows = append(sampleRows, fmt.Sprintf("%s,%.3f,%.3f", c, float64(began.Add(at).UnixMilli())/1000, float64(d)/float64(time.Millisecond)))
 			}()
 		}
 	}()
@@ -168,7 +168,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		running   *flooder
 		hold      time.Duration
 	}{{condFlood, flood, floodSettle}, {condAlone, nil, floodDrain}, {condAtLimit, atLimit, floodSettle}}
-	on := map[*flooder]time.Duration{}
+	var floodOn time.Duration // how long the flood ran
 	for i := 0; count(condAlone) < cfg.calm || count(condFlood) < cfg.calm || count(condAtLimit) < cfg.calm; i++ {
 		w := cycle[i%len(cycle)]
 		condition.Store(condTransition)
@@ -185,7 +185,9 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		if err := wait(floodWindow - w.hold); err != nil {
 			return err
 		}
-		on[w.running] += time.Since(t0)
+		if w.running == flood {
+			floodOn += time.Since(t0)
+		}
 	}
 	condition.Store(condTransition)
 	if err := stopped(); err != nil {
@@ -200,7 +202,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 	}
 	alone, limited, flooded := byCondition[condAlone], byCondition[condAtLimit], byCondition[condFlood]
 	fmt.Printf("\nRESULT flood: %d accepted, %d refused (429), %d failed; %.0f flood submits/s while on\n",
-		counts[0], counts[1], counts[2], float64(counts[0]+counts[1])/on[flood].Seconds())
+		counts[0], counts[1], counts[2], float64(counts[0]+counts[1])/floodOn.Seconds())
 	for _, c := range []struct {
 		name string
 		lat  []time.Duration
@@ -211,7 +213,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 	fmt.Printf("  p99 flooded / alone: %.2f (goal <= 1.50); flooded / at its limit: %.2f; at its limit / alone: %.2f\n",
 		ratio(flooded, alone), ratio(flooded, limited), ratio(limited, alone))
 	if cfg.samples != "" {
-		return os.WriteFile(cfg.samples, []byte("condition,unix_s,latency_ms\n"+strings.Join(log, "\n")+"\n"), 0o644)
+		return os.WriteFile(cfg.samples, []byte("condition,unix_s,latency_ms\n"+strings.Join(sampleRows, "\n")+"\n"), 0o644)
 	}
 	return nil
 }
