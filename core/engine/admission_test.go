@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -279,5 +280,78 @@ func TestLaneAndGlobalLimitsAreExactUnderConcurrency(t *testing.T) {
 				t.Fatalf("the freed place was taken: %v", err)
 			}
 		})
+	}
+}
+
+// A transaction's buffered events and outbox messages are written in the
+// order they were buffered (event ids follow it), with absent data and
+// delivery times stored as NULL.
+func TestBufferedWritesKeepOrderAndNulls(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var types []string
+	err := f.store.InTx(f.ctx, func(tx *ledger.Tx) error {
+		for i := range 5 {
+			e := ledger.Event{JobID: "order-job", StepID: fmt.Sprintf("s%d", i), AttemptNo: i, Type: fmt.Sprintf("TYPE_%d", i)}
+			if i%2 == 0 {
+				e.Data = map[string]any{"i": i}
+			}
+			types = append(types, e.Type)
+			tx.Append(e)
+		}
+		tx.Enqueue(ledger.OutboxMessage{MessageID: "order-now", Destination: "d", Kind: "k", JobID: "order-job", Body: []byte("a")},
+			ledger.OutboxMessage{MessageID: "order-later", Destination: "d", Kind: "k", JobID: "order-job", Body: []byte{0, 1, 2},
+				ScheduledAt: at, Properties: map[string]string{"lane": "BURST"}, ContentType: "application/octet-stream"})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.store.Pool().Query(f.ctx, `SELECT type, data IS NULL, attempt_no FROM job_events WHERE job_id = 'order-job' ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for rows.Next() {
+		var typ string
+		var noData bool
+		var attempt int
+		if err := rows.Scan(&typ, &noData, &attempt); err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(types) || typ != types[i] || noData != (i%2 == 1) || attempt != i {
+			t.Errorf("event %d: %s, data null %v, attempt %d; want %v", i, typ, noData, attempt, types)
+		}
+		i++
+	}
+	if rows.Err() != nil || i != len(types) {
+		t.Fatalf("%d events (%v); want %d", i, rows.Err(), len(types))
+	}
+	var ids []string
+	var bodies [][]byte
+	var scheduled []*time.Time
+	var props []string
+	var contentTypes []string
+	rows, err = f.store.Pool().Query(f.ctx, `SELECT message_id, body, scheduled_at, properties::text, content_type FROM outbox
+		WHERE job_id = 'order-job' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, p, ct string
+		var body []byte
+		var s *time.Time
+		if err := rows.Scan(&id, &body, &s, &p, &ct); err != nil {
+			t.Fatal(err)
+		}
+		ids, bodies, scheduled, props, contentTypes = append(ids, id), append(bodies, body), append(scheduled, s), append(props, p), append(contentTypes, ct)
+	}
+	if len(ids) != 2 || ids[0] != "order-now" || ids[1] != "order-later" {
+		t.Fatalf("outbox %v; want order-now, order-later", ids)
+	}
+	if string(bodies[0]) != "a" || string(bodies[1]) != "\x00\x01\x02" || scheduled[0] != nil || scheduled[1] == nil || !scheduled[1].Equal(at) ||
+		props[0] != "{}" || props[1] != `{"lane": "BURST"}` || contentTypes[0] != "application/json" || contentTypes[1] != "application/octet-stream" {
+		t.Fatalf("outbox rows: bodies %q, scheduled %v, properties %v, content types %v", bodies, scheduled, props, contentTypes)
 	}
 }

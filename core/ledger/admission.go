@@ -45,9 +45,9 @@ type jobSlots struct {
 	limits       Limits
 }
 
-// takeSlots admits a new request in its scopes unless one is at its limit.
-// It runs last in the transaction (see flush), so the locks it takes are held
-// only for the commit.
+// queueTakeSlots queues the admission of a new request in its scopes; the
+// returned slotTake reads the answers. It is queued last in the transaction
+// (see flush), so the locks it takes are held only for the commit.
 //
 // A tenant's counter row is shared only by that tenant's own submits and
 // completions. Lanes and the global scope have no counter: a hot row every
@@ -55,27 +55,46 @@ type jobSlots struct {
 // on every other tenant's commits, so a flooding tenant would slow everyone.
 // A lane or global limit is instead checked against the live work itself,
 // counted under a lock of that scope, and only while such a limit is set.
-func (t *Tx) takeSlots(ctx context.Context, c jobSlots) error {
+// Admissions to one scope serialize on its lock until they commit, so each
+// counts every admission committed before it: the count is a statement of
+// its own, after the lock, and so sees them.
+func queueTakeSlots(b *pgx.Batch, c jobSlots) *slotTake {
+	b.Queue(sqlTakeSlot, c.tenant, c.limits.Tenant)
+	take := &slotTake{slots: c, shared: sharedScopes(c.lane, c.limits)}
+	for _, s := range take.shared {
+		b.Queue(sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key)
+		query, args := countLiveQuery(s)
+		b.Queue(query, args...)
+	}
+	return take
+}
+
+// slotTake reads the answers to queueTakeSlots.
+type slotTake struct {
+	slots  jobSlots
+	shared []sharedScope
+}
+
+// check returns the limit the request exceeds, if any.
+func (s *slotTake) check(results pgx.BatchResults) error {
 	var active int
-	err := t.tx.QueryRow(ctx, sqlTakeSlot, c.tenant, c.limits.Tenant).Scan(&active)
+	err := results.QueryRow().Scan(&active)
 	if isNoRows(err) {
-		return &LimitError{Scope: ScopeTenant, Key: c.tenant, Limit: c.limits.Tenant}
+		return &LimitError{Scope: ScopeTenant, Key: s.slots.tenant, Limit: s.slots.limits.Tenant}
 	}
 	if err != nil {
 		return fmt.Errorf("take tenant slot: %w", err)
 	}
-	for _, s := range sharedScopes(c.lane, c.limits) {
-		// Admissions to one scope serialize on its lock until they commit, so
-		// each counts every admission committed before it.
-		if _, err := t.tx.Exec(ctx, sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key); err != nil {
-			return fmt.Errorf("lock %s scope: %w", s.scope, err)
+	for _, sc := range s.shared {
+		if _, err := results.Exec(); err != nil {
+			return fmt.Errorf("lock %s scope: %w", sc.scope, err)
 		}
-		live, err := countLive(ctx, t.tx, s) // this request included
-		if err != nil {
-			return err
+		var live int // this request included
+		if err := results.QueryRow().Scan(&live); err != nil {
+			return fmt.Errorf("count %s work: %w", sc.scope, err)
 		}
-		if live > s.limit {
-			return &LimitError{Scope: s.scope, Key: s.key, Limit: s.limit}
+		if live > sc.limit {
+			return &LimitError{Scope: sc.scope, Key: sc.key, Limit: sc.limit}
 		}
 	}
 	return nil
@@ -100,28 +119,18 @@ func sharedScopes(lane string, l Limits) []sharedScope {
 	return out
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// countLive counts a shared scope's live work, stopping past its limit: the
-// cost of a check is bounded by the limit, not by the backlog.
-func countLive(ctx context.Context, q querier, s sharedScope) (int, error) {
-	query, args := sqlCountGlobal, []any{s.limit + 1}
+// countLiveQuery counts a shared scope's live work, stopping past its limit:
+// the cost of a check is bounded by the limit, not by the backlog.
+func countLiveQuery(s sharedScope) (string, []any) {
 	if s.scope == ScopeLane {
-		query, args = sqlCountLane, []any{s.limit + 1, s.key}
+		return sqlCountLane, []any{s.limit + 1, s.key}
 	}
-	var n int
-	if err := q.QueryRow(ctx, query, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count %s work: %w", s.scope, err)
-	}
-	return n, nil
+	return sqlCountGlobal, []any{s.limit + 1}
 }
 
 // precheckSlots refuses a new request whose scope is already at its limit
 // before any write: refusing a flood must cost little. It only reads; the
-// transaction's takeSlots decides (a slot freed meanwhile is not missed: the
+// transaction's slot take (queueTakeSlots) decides (a slot freed meanwhile is not missed: the
 // check passes, and one taken meanwhile is caught there).
 func (s *Store) precheckSlots(ctx context.Context, r Request, l Limits) error {
 	if l == (Limits{}) {
@@ -139,8 +148,9 @@ func (s *Store) precheckSlots(ctx context.Context, r Request, l Limits) error {
 		return &LimitError{Scope: ScopeTenant, Key: r.TenantID, Limit: l.Tenant}
 	}
 	for _, sc := range sharedScopes(r.Routing.Mode, l) {
-		live, err := countLive(ctx, s.pool, sc)
-		if err != nil {
+		var live int
+		query, args := countLiveQuery(sc)
+		if err := s.pool.QueryRow(ctx, query, args...).Scan(&live); err != nil {
 			return fmt.Errorf("admission check: %w", err)
 		}
 		if live >= sc.limit {
@@ -155,15 +165,6 @@ func (s *Store) precheckSlots(ctx context.Context, r Request, l Limits) error {
 // work directly and have nothing to give back.
 func (t *Tx) ReleaseSlot(tenant string) {
 	t.released = append(t.released, tenant)
-}
-
-func (t *Tx) releaseSlots(ctx context.Context) error {
-	for _, tenant := range t.released {
-		if _, err := t.tx.Exec(ctx, sqlReleaseSlot, tenant); err != nil {
-			return fmt.Errorf("release tenant slot: %w", err)
-		}
-	}
-	return nil
 }
 
 // TenantSlots lists the tenants' counters: active jobs by tenant.

@@ -73,7 +73,7 @@ func (t *Tx) Replays(ctx context.Context, jobID string) ([]string, error) {
 // counts in the admission slots without a limit: an operator's replay is
 // not refused, but it is counted.
 func (t *Tx) InsertRequest(ctx context.Context, r Request) error {
-	created, err := t.insertRequest(ctx, r)
+	_, created, err := t.insertRequest(ctx, r)
 	if err == nil && !created {
 		err = fmt.Errorf("request %s exists already", r.JobID)
 	}
@@ -81,20 +81,21 @@ func (t *Tx) InsertRequest(ctx context.Context, r Request) error {
 	return err
 }
 
-// insertRequest stores a request; false when its job id exists already.
-func (t *Tx) insertRequest(ctx context.Context, r Request) (bool, error) {
+// insertRequest stores a request and returns when it was received; false
+// when its job id exists already.
+func (t *Tx) insertRequest(ctx context.Context, r Request) (time.Time, bool, error) {
 	var received time.Time
 	err := t.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
 		r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
 		r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
 		r.Routing.DecisionReason, r.ReplayOf, r.Notify).Scan(&received)
 	if isNoRows(err) {
-		return false, nil
+		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("insert request %s: %w", r.JobID, err)
+		return time.Time{}, false, fmt.Errorf("insert request %s: %w", r.JobID, err)
 	}
-	return true, nil
+	return received, true, nil
 }
 
 // OwnedJob is a job an orchestrator holds, at the epoch it holds it.

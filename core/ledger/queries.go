@@ -175,6 +175,24 @@ const (
 	FROM c WHERE o.id = c.id
 	RETURNING ` + "o.id, o.message_id, o.destination, o.kind, o.job_id, o.step_id, o.attempt_no, o.body, o.content_type, o.properties, o.message_key, o.correlation_id, o.subject, o.scheduled_at, o.created_at, o.attempts"
 
+	// Buffered events and outbox messages, one array per column, inserted in
+	// the order they were buffered (event ids follow it).
+	sqlInsertEvents = `INSERT INTO job_events (job_id, step_id, attempt_no, type, from_status, to_status, reason, data)
+	SELECT job_id, step_id, attempt_no, type, from_status, to_status, reason, data::jsonb
+	FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+		WITH ORDINALITY AS u(job_id, step_id, attempt_no, type, from_status, to_status, reason, data, n)
+	ORDER BY n`
+
+	sqlInsertOutbox = `INSERT INTO outbox (message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
+		properties, message_key, correlation_id, subject, scheduled_at)
+	SELECT message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
+		properties::jsonb, message_key, correlation_id, subject, scheduled_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::bytea[], $8::text[],
+		$9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
+		WITH ORDINALITY AS u(message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
+			properties, message_key, correlation_id, subject, scheduled_at, n)
+	ORDER BY n`
+
 	sqlMarkSent = `UPDATE outbox SET sent_at = now(), last_error = ''
 	WHERE id = ANY($1) AND sent_at IS NULL
 	RETURNING kind, job_id, step_id, attempt_no`

@@ -11,8 +11,9 @@ import (
 // Accepted is the answer to Accept.
 type Accepted struct {
 	// Created is false when the request repeated an earlier one.
-	Created    bool
-	Job        *Job // the job's current view
+	Created bool
+	// Status is the job's status now: RECEIVED when created.
+	Status     JobStatus
 	ReceivedAt time.Time
 }
 
@@ -26,9 +27,10 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 		return Accepted{}, err
 	}
 	var created bool
+	var received time.Time
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error
-		if created, err = tx.insertRequest(ctx, r); err != nil || !created {
+		if received, created, err = tx.insertRequest(ctx, r); err != nil || !created {
 			return err
 		}
 		tx.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode, limits: limits}
@@ -40,20 +42,21 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 	if err != nil {
 		return Accepted{}, err
 	}
-	if !created {
-		var hash string
-		if err := s.pool.QueryRow(ctx, sqlRequestHash, r.JobID).Scan(&hash); err != nil {
-			return Accepted{}, fmt.Errorf("read request %s: %w", r.JobID, err)
-		}
-		if hash != r.RequestHash {
-			return Accepted{}, ErrIdempotencyConflict
-		}
+	if created { // no second round trip to read back what was just written
+		return Accepted{Created: true, Status: JobReceived, ReceivedAt: received}, nil
+	}
+	var hash string
+	if err := s.pool.QueryRow(ctx, sqlRequestHash, r.JobID).Scan(&hash); err != nil {
+		return Accepted{}, fmt.Errorf("read request %s: %w", r.JobID, err)
+	}
+	if hash != r.RequestHash {
+		return Accepted{}, ErrIdempotencyConflict
 	}
 	job, err := s.GetJob(ctx, r.JobID)
 	if err != nil {
 		return Accepted{}, err
 	}
-	return Accepted{Created: created, Job: job, ReceivedAt: job.CreatedAt}, nil
+	return Accepted{Status: job.Status, ReceivedAt: job.CreatedAt}, nil
 }
 
 // RequestExists reports whether a request with this job id was accepted.

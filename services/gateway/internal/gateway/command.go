@@ -111,7 +111,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	}
 	s.count(ctx, outcome, cmd.GetRequestType())
 	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition)
-	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Job.Status), Duplicate: !res.Created,
+	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Status), Duplicate: !res.Created,
 		AcceptTime: timestamppb.New(res.ReceivedAt)}, nil
 }
 
