@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,10 +80,11 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 	// sample is counted in the condition that held from its start to its end.
 	var condition atomic.Value
 	condition.Store(condWarmUp)
+	var window atomic.Int64 // which window a sample started in
 	began := time.Now()
 	var mu sync.Mutex
-	var sampleRows []string // every calm sample: condition, when (Unix seconds), latency
-	byCondition := map[string][]time.Duration{}
+	var sampleRows []string // every calm sample: condition, window, when (Unix seconds), latency
+	byCondition := map[string][]floodSample{}
 	var calmErr error // the first failed calm submit, under mu
 	calmCtx, stopCalm := context.WithCancel(ctx)
 	defer stopCalm()
@@ -95,7 +98,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 			wg.Add(1)
 			go func() { // open loop: a slow call does not delay the next
 				defer wg.Done()
-				c0, at := condition.Load().(string), time.Since(began)
+				c0, w, at := condition.Load().(string), window.Load(), time.Since(began)
 				_, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
 					TenantId: "calm", RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: input,
 					OutputRef: fmt.Sprintf("file://%s/out/calm-%d.json", workspace, i), Payload: payload,
@@ -114,8 +117,8 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 					stopCalm()
 					return
 				}
-				byCondition[c] = append(byCondition[c], d)
-				sampleRows = append(sampleRows, fmt.Sprintf("%s,%.3f,%.3f", c, float64(began.Add(at).UnixMilli())/1000, float64(d)/float64(time.Millisecond)))
+				byCondition[c] = append(byCondition[c], floodSample{window: w, latency: d})
+				sampleRows = append(sampleRows, fmt.Sprintf("%s,%d,%.3f,%.3f", c, w, float64(began.Add(at).UnixMilli())/1000, float64(d)/float64(time.Millisecond)))
 			}()
 		}
 	}()
@@ -168,10 +171,11 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		running   *flooder
 		hold      time.Duration
 	}{{condFlood, flood, floodSettle}, {condAlone, nil, floodDrain}, {condAtLimit, atLimit, floodSettle}}
-	var floodOn time.Duration // how long the flood ran
+	on := map[*flooder]time.Duration{} // how long each client ran
 	for i := 0; count(condAlone) < cfg.calm || count(condFlood) < cfg.calm || count(condAtLimit) < cfg.calm; i++ {
 		w := cycle[i%len(cycle)]
 		condition.Store(condTransition)
+		window.Store(int64(i))
 		t0 := time.Now()
 		for _, f := range []*flooder{atLimit, flood} {
 			if err := f.pause(f != w.running); err != nil {
@@ -185,37 +189,107 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		if err := wait(floodWindow - w.hold); err != nil {
 			return err
 		}
-		if w.running == flood {
-			floodOn += time.Since(t0)
+		if w.running != nil {
+			on[w.running] += time.Since(t0)
 		}
 	}
 	condition.Store(condTransition)
 	if err := stopped(); err != nil {
 		return err
 	}
-	counts, err := flood.stop()
+	floodCounts, err := flood.stop()
 	if err != nil {
 		return err
 	}
-	if _, err := atLimit.stop(); err != nil {
+	limitCounts, err := atLimit.stop()
+	if err != nil {
 		return err
 	}
-	alone, limited, flooded := byCondition[condAlone], byCondition[condAtLimit], byCondition[condFlood]
-	fmt.Printf("\nRESULT flood: %d accepted, %d refused (429), %d failed; %.0f flood submits/s while on\n",
-		counts[0], counts[1], counts[2], float64(counts[0]+counts[1])/floodOn.Seconds())
+	fmt.Println()
 	for _, c := range []struct {
-		name string
-		lat  []time.Duration
-	}{{"alone", alone}, {"flooding tenant at its limit", limited}, {fmt.Sprintf("flooding tenant at %dx", cfg.factor), flooded}} {
-		fmt.Printf("  calm tenant Submit, %-29s p50 %-7s p95 %-7s p99 %-7s (%d samples)\n", c.name, pct(c.lat, 50), pct(c.lat, 95), pct(c.lat, 99), len(c.lat))
+		name   string
+		counts [3]int64
+		on     time.Duration
+	}{{"at its limit", limitCounts, on[atLimit]}, {"flooding", floodCounts, on[flood]}} {
+		fmt.Printf("RESULT flooding tenant %-13s %5d accepted (%.1f/s), %6d refused (429, %.0f/s), %d failed\n", c.name,
+			c.counts[0], float64(c.counts[0])/c.on.Seconds(), c.counts[1], float64(c.counts[1])/c.on.Seconds(), c.counts[2])
 	}
-	ratio := func(a, b []time.Duration) float64 { return float64(pct(a, 99)) / float64(pct(b, 99)) }
-	fmt.Printf("  p99 flooded / alone: %.2f (goal <= 1.50); flooded / at its limit: %.2f; at its limit / alone: %.2f\n",
-		ratio(flooded, alone), ratio(flooded, limited), ratio(limited, alone))
+	alone, limited, flooded := byCondition[condAlone], byCondition[condAtLimit], byCondition[condFlood]
+	for _, c := range []struct {
+		name    string
+		samples []floodSample
+	}{{"alone", alone}, {"flooding tenant at its limit", limited}, {fmt.Sprintf("flooding tenant at %dx", cfg.factor), flooded}} {
+		lat := latencies(c.samples)
+		fmt.Printf("  calm tenant Submit, %-29s p50 %-7s p95 %-7s p99 %-7s (%d samples)\n", c.name, pct(lat, 50), pct(lat, 95), pct(lat, 99), len(lat))
+	}
+	fmt.Println("  p99 ratios, with 95% intervals from resampling whole windows (a slow second lands in one window, not in one sample):")
+	for _, r := range []struct {
+		name string
+		a, b []floodSample
+	}{{"flooded / alone (goal <= 1.50)", flooded, alone}, {"flooded / at its limit", flooded, limited}, {"at its limit / alone", limited, alone}} {
+		ratio, lo, hi := p99Ratio(r.a, r.b)
+		fmt.Printf("    %-31s %.2f  [%.2f, %.2f]\n", r.name, ratio, lo, hi)
+	}
 	if cfg.samples != "" {
-		return os.WriteFile(cfg.samples, []byte("condition,unix_s,latency_ms\n"+strings.Join(sampleRows, "\n")+"\n"), 0o644)
+		return os.WriteFile(cfg.samples, []byte("condition,window,unix_s,latency_ms\n"+strings.Join(sampleRows, "\n")+"\n"), 0o644)
 	}
 	return nil
+}
+
+// floodSample is one calm submit and the window it started in.
+type floodSample struct {
+	window  int64
+	latency time.Duration
+}
+
+func latencies(samples []floodSample) []time.Duration {
+	out := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		out[i] = s.latency
+	}
+	return out
+}
+
+// p99Ratio is p99(a) / p99(b) with a 95% interval from a block bootstrap:
+// each resample draws whole windows with replacement, so that latencies that
+// move together (a vacuum, a stall of the machine) move together in the
+// resample too, and the interval says how much the ratio depends on which
+// windows a few slow seconds fell in.
+func p99Ratio(a, b []floodSample) (ratio, lo, hi float64) {
+	ratio = float64(pct(latencies(a), 99)) / float64(pct(latencies(b), 99))
+	byWindow := func(samples []floodSample) [][]time.Duration {
+		index := map[int64]int{}
+		var out [][]time.Duration
+		for _, s := range samples {
+			i, ok := index[s.window]
+			if !ok {
+				i = len(out)
+				index[s.window] = i
+				out = append(out, nil)
+			}
+			out[i] = append(out[i], s.latency)
+		}
+		return out
+	}
+	wa, wb := byWindow(a), byWindow(b)
+	if len(wa) == 0 || len(wb) == 0 {
+		return ratio, 0, 0
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // fixed: the same samples give the same interval
+	resample := func(windows [][]time.Duration) time.Duration {
+		var pooled []time.Duration
+		for range windows {
+			pooled = append(pooled, windows[rng.IntN(len(windows))]...)
+		}
+		return pct(pooled, 99)
+	}
+	const rounds = 1000
+	ratios := make([]float64, rounds)
+	for i := range ratios {
+		ratios[i] = float64(resample(wa)) / float64(resample(wb))
+	}
+	slices.Sort(ratios)
+	return ratio, ratios[rounds*25/1000], ratios[rounds*975/1000-1]
 }
 
 // flooder is the flooding client: its own process at the lowest CPU
