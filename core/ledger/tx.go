@@ -334,9 +334,9 @@ func queueEvents(b *pgx.Batch, events []Event) error {
 func queueOutbox(b *pgx.Batch, msgs []OutboxMessage) error {
 	var c struct {
 		ids, destinations, kinds, jobs, steps, contentTypes, props, keys, correlations, subjects []string
-		attempts                                                                              []int32
-		bodies                                                                                [][]byte
-		scheduled                                                                             []*time.Time
+		attempts                                                                                 []int32
+		bodies                                                                                   [][]byte
+		scheduled                                                                                []*time.Time
 	}
 	for _, m := range msgs {
 		props, err := json.Marshal(nonNilMap(m.Properties))
