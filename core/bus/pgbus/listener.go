@@ -30,13 +30,43 @@ type waiter struct {
 	channel string
 	ch      chan struct{}
 	refs    int
+
+	// quietUntil is set when a claim found nothing more to take: until
+	// then nothing becomes claimable on the path except by a send, whose
+	// notification wakes the waiter. A receiver that comes back for more
+	// then waits instead of claiming in vain, which on a busy bus is most
+	// claims (each one index scans, a round trip and a wake-up of the
+	// database backend). Zero: claim at once.
+	mu         sync.Mutex
+	quietUntil time.Time
 }
 
 func (w *waiter) wake() {
+	w.setQuiet(0)
 	select {
 	case w.ch <- struct{}{}:
 	default:
 	}
+}
+
+// setQuiet records that nothing is claimable for d (0: maybe now).
+func (w *waiter) setQuiet(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.quietUntil = time.Time{}
+	if d > 0 {
+		w.quietUntil = time.Now().Add(d)
+	}
+}
+
+// quietFor is how long nothing is claimable unless the waiter is woken.
+func (w *waiter) quietFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.quietUntil.IsZero() {
+		return 0
+	}
+	return time.Until(w.quietUntil)
 }
 
 // register returns the waiter of path, listening for its channel first so

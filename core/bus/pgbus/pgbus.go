@@ -39,6 +39,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +121,8 @@ type Bus struct {
 	listener  *listener
 	notifier  *notifier
 	completer *completer
+
+	claims atomic.Int64 // claim statements run, for tests
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by path

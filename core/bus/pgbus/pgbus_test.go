@@ -388,3 +388,68 @@ func TestPurgeDeletesExpiredDuplicateIDs(t *testing.T) {
 		}
 	}
 }
+
+// A receiver that comes back after taking the last message waits for the
+// next send instead of claiming an empty path: one claim per message, not
+// two (plus the first Receive's, which finds the queue empty).
+func TestDrainedPathWaitsForASendBeforeClaiming(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{PollInterval: time.Minute})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, s := mustReceiver(t, b, bus.QueueSource("q")), mustSender(t, b, "q")
+	const messages = 10
+	for i := range messages {
+		got := make(chan []*bus.Received, 1)
+		go func() {
+			msgs, err := r.Receive(ctx, 1)
+			if err != nil {
+				t.Errorf("receive: %v", err)
+			}
+			got <- msgs
+		}()
+		time.Sleep(100 * time.Millisecond) // let it block
+		if err := s.Send(ctx, bus.Message{ID: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		msgs := <-got
+		if len(msgs) != 1 || msgs[0].ID != fmt.Sprint(i) {
+			t.Fatalf("message %d: received %v", i, msgs)
+		}
+		if err := r.Complete(ctx, msgs[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if claims := b.Claims(); claims > messages+1 {
+		t.Fatalf("%d claims for %d messages; want at most %d", claims, messages, messages+1)
+	}
+}
+
+// A receiver waiting after an empty claim still takes back a message whose
+// lock expired (its holder died) when the lock expires, not at the next
+// poll: the wait ends at the earliest lock expiry of the path.
+func TestExpiredLockIsTakenBackBeforeThePoll(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{PollInterval: time.Minute})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{LockDuration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReceiver(t, b, bus.QueueSource("q"))
+	if err := mustSender(t, b, "q").Send(ctx, bus.Message{ID: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.Receive(ctx, 1)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("first receive: %v %v", first, err)
+	}
+	// Not completed: the lock runs out after a second.
+	wait, cancel := context.WithTimeout(ctx, eventually)
+	defer cancel()
+	again, err := r.Receive(wait, 1)
+	if err != nil || len(again) != 1 || again[0].ID != "m" || again[0].DeliveryCount != 2 {
+		t.Fatalf("receive after the lock expired: %v %v", again, err)
+	}
+}

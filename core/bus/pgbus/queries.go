@@ -115,7 +115,8 @@ SELECT EXISTS (SELECT 1 FROM e), ARRAY(SELECT DISTINCT path FROM ins)`
 	// One row always comes back: the number of rows dead-lettered; whether
 	// more than $3 rows were available (as seen before this claim, so rows
 	// other claimers hold count too); the microseconds until the earliest row
-	// of the path becomes available (NULL when the path is empty); then the
+	// of the path becomes available, the rows this claim locks at their new
+	// lock expiry (NULL when the path is empty); then the
 	// columns of a claimed message, all NULL when none was claimed.
 	qClaim = `
 WITH o AS (
@@ -161,7 +162,9 @@ WITH o AS (
 SELECT (SELECT count(*) FROM dead),
        (SELECT count(*) FROM (SELECT FROM bus_messages WHERE path = $1 AND available_at <= now()
                                LIMIT $3 + 1) AS a) > $3,
-       (extract(epoch FROM (SELECT min(available_at) FROM bus_messages WHERE path = $1) - now()) * 1000000)::bigint,
+       (extract(epoch FROM (SELECT min(t) FROM (
+            SELECT min(available_at) FROM bus_messages WHERE path = $1 AND seq NOT IN (SELECT seq FROM c)
+            UNION ALL SELECT min(available_at) FROM locked) AS n(t)) - now()) * 1000000)::bigint,
        l.seq, l.message_id, l.body, l.content_type, l.properties, l.key, l.correlation_id,
        l.subject, l.delivery_count, l.enqueued_at, l.available_at, l.lock_token::text,
        l.expires_at, l.dead_letter_reason, l.dead_letter_description

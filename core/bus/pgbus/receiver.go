@@ -62,11 +62,21 @@ func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Receive
 		}
 		return nil, err
 	}
+	quiet := r.w.quietFor() // the last claim left nothing: wait for a send first
 	for {
 		if r.isClosed() {
 			return giveUp(fmt.Errorf("receive %s: %w", r.path, bus.ErrClosed))
 		}
-		msgs, more, wait, err := r.claim(ctx, maxMessages)
+		var msgs []*bus.Received
+		var more bool
+		var wait time.Duration
+		var err error
+		claimed := quiet <= 0
+		if claimed {
+			msgs, more, wait, err = r.claim(ctx, maxMessages)
+		} else {
+			wait, quiet = quiet, 0
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return giveUp(ctx.Err())
@@ -74,13 +84,19 @@ func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Receive
 			r.b.log.WarnContext(ctx, "bus claim", "path", r.path, "error", err, "retry_in", backoff)
 			lastErr, wait = err, backoff
 			backoff = min(2*backoff, r.b.cfg.PollInterval)
+			r.w.setQuiet(0)
 		case len(msgs) > 0:
 			if more {
 				r.w.wake() // let another receiver take the rest
+			} else {
+				r.w.setQuiet(wait)
 			}
 			return msgs, nil
 		default:
 			woken, lastErr, backoff = false, nil, minRetry
+			if claimed && !more {
+				r.w.setQuiet(wait) // nothing claimable: the other receivers here wait too
+			}
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -154,6 +170,7 @@ func (c *claimedRow) received() *bus.Received {
 // the earliest scheduled message or lock expiry of the path, at most the poll
 // interval.
 func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Received, more bool, wait time.Duration, err error) {
+	r.b.claims.Add(1)
 	rows, err := r.b.pool.Query(ctx, qClaim, r.path, r.owner, maxMessages, r.isDLQ, r.deadQueue)
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("claim %s: %w", r.path, err)

@@ -1,0 +1,4 @@
+package pgbus
+
+// Claims counts the claim statements b ran.
+func (b *Bus) Claims() int64 { return b.claims.Load() }
