@@ -45,9 +45,10 @@ type jobSlots struct {
 	limits       Limits
 }
 
-// queueTakeSlots queues the admission of a new request in its scopes; the
-// returned slotTake reads the answers. It is queued last in the transaction
-// (see flush), so the locks it takes are held only for the commit.
+// queueTakeSlots queues the admission of a new request in its scopes; a
+// scope at its limit fails the batch with a *LimitError. It is queued last
+// in the transaction (see flush), so the locks it takes are held only for
+// the commit.
 //
 // A tenant's counter row is shared only by that tenant's own submits and
 // completions. Lanes and the global scope have no counter: a hot row every
@@ -58,46 +59,32 @@ type jobSlots struct {
 // Admissions to one scope serialize on its lock until they commit, so each
 // counts every admission committed before it: the count is a statement of
 // its own, after the lock, and so sees them.
-func queueTakeSlots(b *pgx.Batch, c jobSlots) *slotTake {
-	b.Queue(sqlTakeSlot, c.tenant, c.limits.Tenant)
-	take := &slotTake{slots: c, shared: sharedScopes(c.lane, c.limits)}
-	for _, s := range take.shared {
-		b.Queue(sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key)
+func queueTakeSlots(b *pgx.Batch, c jobSlots) {
+	b.Queue(sqlTakeSlot, c.tenant, c.limits.Tenant).QueryRow(func(row pgx.Row) error {
+		var active int
+		err := row.Scan(&active)
+		if isNoRows(err) {
+			return &LimitError{Scope: ScopeTenant, Key: c.tenant, Limit: c.limits.Tenant}
+		}
+		if err != nil {
+			return fmt.Errorf("take tenant slot: %w", err)
+		}
+		return nil
+	})
+	for _, s := range sharedScopes(c.lane, c.limits) {
+		queueExec(b, "lock "+s.scope+" scope", sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key)
 		query, args := countLiveQuery(s)
-		b.Queue(query, args...)
+		b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+			var live int // this request included
+			if err := row.Scan(&live); err != nil {
+				return fmt.Errorf("count %s work: %w", s.scope, err)
+			}
+			if live > s.limit {
+				return &LimitError{Scope: s.scope, Key: s.key, Limit: s.limit}
+			}
+			return nil
+		})
 	}
-	return take
-}
-
-// slotTake reads the answers to queueTakeSlots.
-type slotTake struct {
-	slots  jobSlots
-	shared []sharedScope
-}
-
-// check returns the limit the request exceeds, if any.
-func (s *slotTake) check(results pgx.BatchResults) error {
-	var active int
-	err := results.QueryRow().Scan(&active)
-	if isNoRows(err) {
-		return &LimitError{Scope: ScopeTenant, Key: s.slots.tenant, Limit: s.slots.limits.Tenant}
-	}
-	if err != nil {
-		return fmt.Errorf("take tenant slot: %w", err)
-	}
-	for _, sc := range s.shared {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("lock %s scope: %w", sc.scope, err)
-		}
-		var live int // this request included
-		if err := results.QueryRow().Scan(&live); err != nil {
-			return fmt.Errorf("count %s work: %w", sc.scope, err)
-		}
-		if live > sc.limit {
-			return &LimitError{Scope: sc.scope, Key: sc.key, Limit: sc.limit}
-		}
-	}
-	return nil
 }
 
 // sharedScope is a lane or the global scope with its limit.

@@ -260,54 +260,41 @@ func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
 // submit's latency.
 func (t *Tx) flush(ctx context.Context) error {
 	b := &pgx.Batch{}
-	if len(t.events) > 0 {
-		if err := queueEvents(b, t.events); err != nil {
-			return err
-		}
+	if err := queueEvents(b, t.events); err != nil {
+		return err
 	}
-	if len(t.outbox) > 0 {
-		if err := queueOutbox(b, t.outbox); err != nil {
-			return err
-		}
+	if err := queueOutbox(b, t.outbox); err != nil {
+		return err
 	}
 	// Admission last: the tenant counter row and a limited scope's lock stay
 	// held only until the commit.
 	for _, tenant := range t.released {
-		b.Queue(sqlReleaseSlot, tenant)
+		queueExec(b, "release tenant slot", sqlReleaseSlot, tenant)
 	}
-	var take *slotTake
 	if t.claim != nil {
-		take = queueTakeSlots(b, *t.claim)
+		queueTakeSlots(b, *t.claim)
 	}
 	if b.Len() == 0 {
 		return nil
 	}
-	results := t.tx.SendBatch(ctx, b)
-	defer results.Close() //nolint:errcheck // the first error is returned below
-	if len(t.events) > 0 {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("append events: %w", err)
+	// Close runs each statement's check in order and stops at the first error.
+	return t.tx.SendBatch(ctx, b).Close()
+}
+
+// queueExec queues a statement whose failure is reported as what.
+func queueExec(b *pgx.Batch, what, sql string, args ...any) {
+	b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
+		return nil
 	}
-	if len(t.outbox) > 0 {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("enqueue outbox: %w", err)
-		}
-	}
-	for range t.released {
-		if _, err := results.Exec(); err != nil {
-			return fmt.Errorf("release tenant slot: %w", err)
-		}
-	}
-	if take != nil {
-		if err := take.check(results); err != nil {
-			return err
-		}
-	}
-	return results.Close()
 }
 
 func queueEvents(b *pgx.Batch, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
 	var c struct {
 		jobs, steps, types, from, to, reasons []string
 		attempts                              []int32
@@ -327,11 +314,14 @@ func queueEvents(b *pgx.Batch, events []Event) error {
 		c.types, c.from, c.to = append(c.types, e.Type), append(c.from, e.FromStatus), append(c.to, e.ToStatus)
 		c.reasons, c.data = append(c.reasons, e.Reason), append(c.data, data)
 	}
-	b.Queue(sqlInsertEvents, c.jobs, c.steps, c.attempts, c.types, c.from, c.to, c.reasons, c.data)
+	queueExec(b, "append events", sqlInsertEvents, c.jobs, c.steps, c.attempts, c.types, c.from, c.to, c.reasons, c.data)
 	return nil
 }
 
 func queueOutbox(b *pgx.Batch, msgs []OutboxMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
 	var c struct {
 		ids, destinations, kinds, jobs, steps, contentTypes, props, keys, correlations, subjects []string
 		attempts                                                                                 []int32
@@ -353,7 +343,7 @@ func queueOutbox(b *pgx.Batch, msgs []OutboxMessage) error {
 		c.keys, c.correlations, c.subjects = append(c.keys, m.Key), append(c.correlations, m.CorrelationID), append(c.subjects, m.Subject)
 		c.scheduled = append(c.scheduled, nullTime(m.ScheduledAt))
 	}
-	b.Queue(sqlInsertOutbox, c.ids, c.destinations, c.kinds, c.jobs, c.steps, c.attempts, c.bodies, c.contentTypes,
+	queueExec(b, "enqueue outbox", sqlInsertOutbox, c.ids, c.destinations, c.kinds, c.jobs, c.steps, c.attempts, c.bodies, c.contentTypes,
 		c.props, c.keys, c.correlations, c.subjects, c.scheduled)
 	return nil
 }
