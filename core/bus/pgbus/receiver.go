@@ -71,11 +71,10 @@ func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Receive
 		var more bool
 		var wait time.Duration
 		var err error
-		claimed := quiet <= 0
-		if claimed {
-			msgs, more, wait, err = r.claim(ctx, maxMessages)
-		} else {
+		if quiet > 0 {
 			wait, quiet = quiet, 0
+		} else if msgs, more, wait, err = r.claim(ctx, maxMessages); err == nil && !more {
+			r.w.setQuiet(wait) // nothing left to claim: this process's receivers wait for a send
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -88,15 +87,10 @@ func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Receive
 		case len(msgs) > 0:
 			if more {
 				r.w.wake() // let another receiver take the rest
-			} else {
-				r.w.setQuiet(wait)
 			}
 			return msgs, nil
 		default:
 			woken, lastErr, backoff = false, nil, minRetry
-			if claimed && !more {
-				r.w.setQuiet(wait) // nothing claimable: the other receivers here wait too
-			}
 		}
 		timer := time.NewTimer(wait)
 		select {
