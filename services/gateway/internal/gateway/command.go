@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -67,15 +68,16 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		s.count(ctx, "invalid", cmd.GetRequestType())
 		return nil, server.InvalidArgument(violations...).Err()
 	}
-	gated, probe := s.gate.enter(a.tenant, a.limits.Tenant)
-	if gated != nil {
+	away, probe := s.gate.enter(a.tenant, a.limits.Tenant)
+	if away != nil {
 		// Refused at its limit a moment ago: refuse again without writing or
 		// encoding anything, unless this repeats an accepted command
 		// (answered as a duplicate).
-		if exists, err := s.store.RequestExists(ctx, a.jobID); err != nil || !exists {
+		exists, err := away.lookup(ctx, func(ctx context.Context) (bool, error) { return s.store.RequestExists(ctx, a.jobID) })
+		if err != nil || !exists {
 			s.count(ctx, "limited", cmd.GetRequestType())
-			loop.Sleep(ctx, min(a.retryAfter, maxRefusalPace))
-			return nil, limitError(gated, a.retryAfter).Err()
+			loop.Sleep(ctx, refusalPace(a.retryAfter))
+			return nil, limitError(away.limit, a.retryAfter).Err()
 		}
 	}
 	log := s.log.With(telemetry.JobID(a.jobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
@@ -84,7 +86,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	res, err := s.accept(ctx, a, cmd)
 	var limit *ledger.LimitError
 	errors.As(err, &limit)
-	if gated == nil {
+	if away == nil {
 		s.gate.done(a.tenant, probe, limit, res.Created)
 	}
 	switch {
@@ -174,11 +176,23 @@ func limitError(l *ledger.LimitError, retryAfter time.Duration) *status.Status {
 		"scope", l.Scope, "key", l.Key, "limit", strconv.Itoa(l.Limit))
 }
 
-// maxRefusalPace bounds the delay of the answer to a tenant the gate
-// refuses, which is its Retry-After: a client retrying in a tight loop,
-// ignoring Retry-After, then retries no faster than it was told to per
-// request in flight, instead of taking CPU and database round trips from
-// other tenants (a 500 ms pace measurably raised their tail). Waiting costs
-// a goroutine, not CPU; the bound keeps a long configured Retry-After from
-// holding connections open.
+// refusalPace is how long the answer to a submit the gate turns away is held
+// back: about its Retry-After, at most maxRefusalPace. A client retrying in a
+// tight loop, ignoring Retry-After, then retries no faster than it was told
+// to per request in flight, instead of taking CPU and database round trips
+// from other tenants (a 500 ms pace measurably raised their tail). Waiting
+// costs a goroutine, not CPU. The pace is drawn from [½, 1½) of the bound, so
+// that a flood's requests, answered together once, do not come back together
+// every time after (a herd every Retry-After would, for a moment, hold both
+// cores and the database pool).
+func refusalPace(retryAfter time.Duration) time.Duration {
+	p := min(retryAfter, maxRefusalPace)
+	if p <= 0 {
+		return 0
+	}
+	return p/2 + rand.N(p)
+}
+
+// maxRefusalPace keeps a long configured Retry-After from holding
+// connections open.
 const maxRefusalPace = 2 * time.Second

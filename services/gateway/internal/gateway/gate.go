@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -25,17 +26,25 @@ type refusal struct {
 	limit   *ledger.LimitError
 	until   time.Time
 	probing bool
+	lookups chan struct{} // kept while the tenant stays refused; see turnedAway.lookup
+}
+
+// turnedAway is a submit the gate refuses.
+type turnedAway struct {
+	limit   *ledger.LimitError // the tenant's limit the ledger refused it at
+	lookups chan struct{}
 }
 
 func newGate(hold time.Duration) *gate {
 	return &gate{hold: hold, now: time.Now, refused: map[string]*refusal{}}
 }
 
-// enter returns the limit a tenant was refused at a moment ago, or nil to
-// let this submit ask the ledger; probe says it is the one submit let through
-// while the tenant is refused. current is the tenant's limit now: a changed
-// limit opens the gate. Every nil answer must be followed by done.
-func (g *gate) enter(tenant string, current int) (limit *ledger.LimitError, probe bool) {
+// enter turns a submit away when its tenant was refused at its limit a moment
+// ago, or returns nil to let it ask the ledger; probe says it is the one
+// submit let through while the tenant is refused. current is the tenant's
+// limit now: a changed limit opens the gate. Every nil answer must be
+// followed by done.
+func (g *gate) enter(tenant string, current int) (away *turnedAway, probe bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r, ok := g.refused[tenant]
@@ -46,7 +55,7 @@ func (g *gate) enter(tenant string, current int) (limit *ledger.LimitError, prob
 		delete(g.refused, tenant)
 		return nil, false
 	case r.probing || g.now().Before(r.until):
-		return r.limit, false
+		return &turnedAway{limit: r.limit, lookups: r.lookups}, false
 	}
 	r.probing = true
 	return nil, true
@@ -58,14 +67,32 @@ func (g *gate) enter(tenant string, current int) (limit *ledger.LimitError, prob
 func (g *gate) done(tenant string, probe bool, limit *ledger.LimitError, created bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	r, ok := g.refused[tenant]
 	switch {
 	case limit != nil && limit.Scope == ledger.ScopeTenant:
-		g.refused[tenant] = &refusal{limit: limit, until: g.now().Add(g.hold)}
+		if !ok {
+			r = &refusal{lookups: make(chan struct{}, 1)}
+			g.refused[tenant] = r
+		}
+		r.limit, r.until, r.probing = limit, g.now().Add(g.hold), false
 	case limit != nil || created:
 		delete(g.refused, tenant) // a lane or global limit is everyone's: each submit asks
-	case probe:
-		if r, ok := g.refused[tenant]; ok {
-			r.probing = false
-		}
+	case probe && ok:
+		r.probing = false
 	}
+}
+
+// lookup runs exists, which asks the database whether the turned-away submit
+// repeats an accepted command, after the tenant's other turned-away submits'
+// lookups: however many a flooding tenant sends at once, they hold one of the
+// gateway's few database connections between them, and other tenants'
+// admissions do not queue behind them for the rest.
+func (a *turnedAway) lookup(ctx context.Context, exists func(context.Context) (bool, error)) (bool, error) {
+	select {
+	case a.lookups <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-a.lookups }()
+	return exists(ctx)
 }
