@@ -21,34 +21,9 @@ func TestKilledOrchestratorsJobsFinishOnTheOther(t *testing.T) {
 		"LUCIUS_JOBS_LOCK_DURATION":   "3s",
 		"LUCIUS_WORKER_DELAY":         "1200ms", // each step takes this long, so jobs are in flight at the kill
 	}})
-	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"invoices"}})
-	var ids []string
-	for i := range 16 {
-		out, _ := s.output(fmt.Sprintf("failover-%d.json", i))
-		resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: fmt.Sprintf("tenant-%d", i),
-			RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input(fmt.Sprintf("f%d.txt", i), sampleText),
-			OutputRef: out, Payload: payload}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, resp.GetJobId())
-	}
-	// Wait until orchestrator-1 owns a job whose first step is running: it has
-	// two more steps to go, longer than the orphan threshold.
-	var victim string
-	deadline := time.Now().Add(30 * time.Second)
-	for victim == "" {
-		err := s.pool.QueryRow(s.ctx, `SELECT j.job_id FROM jobs j JOIN steps st ON st.job_id = j.job_id
-			WHERE j.owner_id = 'orchestrator-1' AND j.completed_at IS NULL AND st.step_id = 'ocr' AND st.status = 'IN_PROGRESS'
-			LIMIT 1`).Scan(&victim)
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("orchestrator-1 never owned a running job: %v", err)
-		}
-		if victim == "" {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if err := s.Kill("orchestrator-1"); err != nil {
+	ids := s.submitMany("failover", 16)
+	victim, dead, survivor := s.ownedRunningJob()
+	if err := s.Kill(dead); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
@@ -63,13 +38,63 @@ func TestKilledOrchestratorsJobsFinishOnTheOther(t *testing.T) {
 	if err := s.pool.QueryRow(s.ctx, `SELECT owner_id, owner_epoch FROM jobs WHERE job_id = $1`, victim).Scan(&owner, &epoch); err != nil {
 		t.Fatal(err)
 	}
-	if owner != "orchestrator-2" || epoch < 2 {
-		t.Fatalf("job %s owned by %s at epoch %d after the kill, want orchestrator-2 at epoch >= 2", victim, owner, epoch)
+	if owner != survivor || epoch < 2 {
+		t.Fatalf("job %s owned by %s at epoch %d after the kill, want %s at epoch >= 2", victim, owner, epoch, survivor)
 	}
 	if n := s.count(`SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'OWNER_CHANGED'`, victim); n != 1 {
 		t.Fatalf("%d OWNER_CHANGED events for the reclaimed job, want 1", n)
 	}
-	if n := s.count(`SELECT count(*) FROM jobs WHERE owner_id = 'orchestrator-1' AND completed_at IS NULL`); n != 0 {
+	if n := s.count(`SELECT count(*) FROM jobs WHERE owner_id = $1 AND completed_at IS NULL`, dead); n != 0 {
 		t.Fatalf("%d live jobs still owned by the dead orchestrator", n)
 	}
+}
+
+// submitMany submits n three-step jobs, each for its own tenant, and returns
+// their ids.
+func (s *suite) submitMany(name string, n int) []string {
+	s.t.Helper()
+	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{name}})
+	var ids []string
+	for i := range n {
+		out, _ := s.output(fmt.Sprintf("%s-%d.json", name, i))
+		resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: fmt.Sprintf("tenant-%d", i),
+			RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input(fmt.Sprintf("%s-%d.txt", name, i), sampleText),
+			OutputRef: out, Payload: payload}})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		ids = append(ids, resp.GetJobId())
+	}
+	return ids
+}
+
+// orchestrators are the suite's two orchestrator processes, named as they
+// own jobs.
+var orchestrators = [2]string{"orchestrator-1", "orchestrator-2"}
+
+// ownedRunningJob waits until an orchestrator owns a job whose first step is
+// running (it has two more steps to go, longer than the orphan threshold)
+// and returns the job, its owner and the other orchestrator. Either may own
+// it: each receives up to its concurrency of jobs at once, so one can take
+// them all.
+func (s *suite) ownedRunningJob() (job, owner, other string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.pool.QueryRow(s.ctx, `SELECT j.job_id, j.owner_id FROM jobs j JOIN steps st ON st.job_id = j.job_id
+			WHERE j.owner_id = ANY($1) AND j.completed_at IS NULL AND st.step_id = 'ocr' AND st.status = 'IN_PROGRESS'
+			LIMIT 1`, orchestrators[:]).Scan(&job, &owner)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no orchestrator owned a running job: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	other = orchestrators[0]
+	if owner == other {
+		other = orchestrators[1]
+	}
+	return job, owner, other
 }

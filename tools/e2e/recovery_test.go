@@ -1,9 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,57 +31,35 @@ func TestZombieOrchestratorIsFencedAndNothingRunsTwice(t *testing.T) {
 		"LUCIUS_JOBS_LOCK_DURATION":   "3s",
 		"LUCIUS_WORKER_DELAY":         "1s", // steps take this long, so jobs are in flight at the pause
 	}})
-	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"zombies"}})
-	var ids []string
-	for i := range 12 {
-		out, _ := s.output(fmt.Sprintf("zombie-%d.json", i))
-		resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: fmt.Sprintf("tenant-%d", i),
-			RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input(fmt.Sprintf("z%d.txt", i), sampleText),
-			OutputRef: out, Payload: payload}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, resp.GetJobId())
-	}
-	var victim string
-	deadline := time.Now().Add(30 * time.Second)
-	for victim == "" {
-		err := s.pool.QueryRow(s.ctx, `SELECT job_id FROM jobs WHERE owner_id = 'orchestrator-1' AND completed_at IS NULL
-			AND status IN ('DISPATCHING', 'IN_PROGRESS') LIMIT 1`).Scan(&victim)
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("orchestrator-1 never owned a running job: %v", err)
-		}
-		if victim == "" {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if err := s.Signal("orchestrator-1", syscall.SIGSTOP); err != nil {
+	ids := s.submitMany("zombie", 12)
+	victim, zombie, rescuer := s.ownedRunningJob()
+	if err := s.Signal(zombie, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// Another instance reclaims the job at a higher epoch.
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var owner string
 		var epoch int64
 		if err := s.pool.QueryRow(s.ctx, `SELECT owner_id, owner_epoch FROM jobs WHERE job_id = $1`, victim).Scan(&owner, &epoch); err != nil {
 			t.Fatal(err)
 		}
-		if owner == "orchestrator-2" && epoch >= 2 {
+		if owner == rescuer && epoch >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			s.Signal("orchestrator-1", syscall.SIGCONT) //nolint:errcheck
+			s.Signal(zombie, syscall.SIGCONT) //nolint:errcheck
 			t.Fatalf("job %s still owned by %s@%d", victim, owner, epoch)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := s.Signal("orchestrator-1", syscall.SIGCONT); err != nil {
+	if err := s.Signal(zombie, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	// Its next heartbeat names epoch 1: rejected and recorded.
 	deadline = time.Now().Add(15 * time.Second)
 	for s.count(`SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'WRITE_FENCED'
-		AND data->>'owner' = 'orchestrator-1' AND (data->>'epoch')::int = 1`, victim) == 0 {
+		AND data->>'owner' = $2 AND (data->>'epoch')::int = 1`, victim, zombie) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the zombie's write was not recorded as fenced")
 		}
@@ -90,8 +68,8 @@ func TestZombieOrchestratorIsFencedAndNothingRunsTwice(t *testing.T) {
 	if !s.logs.Contains("write fenced") {
 		t.Fatal("the fenced write was not logged")
 	}
-	if metrics := s.scrape(s.Endpoints.OrchHTTP[0]); !strings.Contains(metrics, "lucius_orchestrator_fenced_writes_total") {
-		t.Fatal("orchestrator-1 does not count fenced writes")
+	if metrics := s.scrape(s.Endpoints.OrchHTTP[slices.Index(orchestrators[:], zombie)]); !strings.Contains(metrics, "lucius_orchestrator_fenced_writes_total") {
+		t.Fatalf("%s does not count fenced writes", zombie)
 	}
 	for _, id := range ids {
 		if job := s.waitJob(id, 90*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
@@ -99,7 +77,7 @@ func TestZombieOrchestratorIsFencedAndNothingRunsTwice(t *testing.T) {
 		}
 	}
 	var owner string
-	if err := s.pool.QueryRow(s.ctx, `SELECT owner_id FROM jobs WHERE job_id = $1`, victim).Scan(&owner); err != nil || owner != "orchestrator-2" {
+	if err := s.pool.QueryRow(s.ctx, `SELECT owner_id FROM jobs WHERE job_id = $1`, victim).Scan(&owner); err != nil || owner != rescuer {
 		t.Fatalf("the zombie took the job back: owner %s (%v)", owner, err)
 	}
 	s.assertEffectsOnce(ids)
@@ -290,11 +268,10 @@ func TestBusDeadLettersAreListedAndStrandedRequestsRun(t *testing.T) {
 	// Lose an accepted request's queue message: take it off the queue unread.
 	out, _ := s.output("stranded.json")
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"lost"}})
-	if err := s.Signal("orchestrator-1", syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Signal("orchestrator-2", syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+	for _, o := range orchestrators {
+		if err := s.Signal(o, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 	}
 	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "acme",
 		RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input("stranded.txt", sampleText), OutputRef: out, Payload: payload}})
@@ -313,7 +290,7 @@ func TestBusDeadLettersAreListedAndStrandedRequestsRun(t *testing.T) {
 	if err := rcv.Complete(s.ctx, msgs[0]); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []string{"orchestrator-1", "orchestrator-2"} {
+	for _, o := range orchestrators {
 		if err := s.Signal(o, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
