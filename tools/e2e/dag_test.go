@@ -19,14 +19,20 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
-// submit sends a command over gRPC and returns its job id.
+// submit sends a command of tenant acme over gRPC and returns its job id.
 func (s *suite) submit(requestType string, payload map[string]any, input, output, callback string) string {
+	s.t.Helper()
+	return s.submitAs("acme", requestType, payload, input, output, callback)
+}
+
+// submitAs sends a command of tenant over gRPC and returns its job id.
+func (s *suite) submitAs(tenant, requestType string, payload map[string]any, input, output, callback string) string {
 	s.t.Helper()
 	p, err := structpb.NewStruct(payload)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "acme",
+	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: tenant,
 		RequestType: requestType, SchemaVersion: "1", InputRef: input, OutputRef: output, Payload: p, CallbackUrl: callback}})
 	if err != nil {
 		s.t.Fatalf("submit %s: %v", requestType, err)

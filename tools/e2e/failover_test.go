@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
@@ -53,17 +51,11 @@ func TestKilledOrchestratorsJobsFinishOnTheOther(t *testing.T) {
 // their ids.
 func (s *suite) submitMany(name string, n int) []string {
 	s.t.Helper()
-	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{name}})
 	var ids []string
 	for i := range n {
 		out, _ := s.output(fmt.Sprintf("%s-%d.json", name, i))
-		resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: fmt.Sprintf("tenant-%d", i),
-			RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1", InputRef: s.input(fmt.Sprintf("%s-%d.txt", name, i), sampleText),
-			OutputRef: out, Payload: payload}})
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		ids = append(ids, resp.GetJobId())
+		ids = append(ids, s.submitAs(fmt.Sprintf("tenant-%d", i), "OCR_EMBEDDING_SIS", map[string]any{"prompt_set": []any{name}},
+			s.input(fmt.Sprintf("%s-%d.txt", name, i), sampleText), out, ""))
 	}
 	return ids
 }
