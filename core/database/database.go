@@ -6,6 +6,8 @@ package database
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +29,11 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 	// hold row locks forever: the server aborts it, and its late commit fails.
 	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "15s"
+	}
+	// Name the connections after the process (unless the URL names them), so
+	// that pg_stat_activity says which service holds a connection or a lock.
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = filepath.Base(os.Args[0])
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
