@@ -75,7 +75,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
-	pgtx, err := s.pool.Begin(ctx)
+	pgtx, err := beginPipe(ctx, s.pool)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

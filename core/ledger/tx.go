@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Tx is a ledger transaction. Reads lock what they return (FOR UPDATE) in the
 // order request → job → steps, which every writer follows to avoid deadlocks.
 // Events and outbox messages are buffered and written in bulk at commit.
 type Tx struct {
-	tx pgx.Tx
+	tx *pipeTx
 	// claim is the admission a new request asks for at commit; released are
 	// the tenants whose slots terminal jobs give back.
 	claim    *jobSlots
@@ -85,13 +86,15 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 // UpdateJob writes the job's mutable fields (status, current step, reason,
 // result, cancellation, completion).
 func (t *Tx) UpdateJob(ctx context.Context, j *Job) error {
-	tag, err := t.tx.Exec(ctx, sqlUpdateJob, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
+	t.tx.hold("update job "+j.JobID, sqlUpdateJob, oneRow, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
 		nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
-	if err != nil {
-		return fmt.Errorf("update job %s: %w", j.JobID, err)
-	}
+	return nil
+}
+
+// oneRow checks that a held update found its row.
+func oneRow(tag pgconn.CommandTag) error {
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("update job %s: %w", j.JobID, ErrNotFound)
+		return ErrNotFound
 	}
 	return nil
 }
@@ -207,15 +210,9 @@ func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
 		return err
 	}
 	c := s.Children
-	tag, err := t.tx.Exec(ctx, sqlUpdateStep, s.JobID, s.StepID, s.Status, s.AttemptNo, nullUUID(s.LeaseID),
-		jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason, s.Expanded,
-		c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt), s.RetryBase)
-	if err != nil {
-		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("update step %s/%s: %w", s.JobID, s.StepID, ErrNotFound)
-	}
+	t.tx.hold(fmt.Sprintf("update step %s/%s", s.JobID, s.StepID), sqlUpdateStep, oneRow, s.JobID, s.StepID, s.Status,
+		s.AttemptNo, nullUUID(s.LeaseID), jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason,
+		s.Expanded, c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt), s.RetryBase)
 	return nil
 }
 
@@ -230,26 +227,17 @@ func (t *Tx) Attempt(ctx context.Context, jobID, stepID string, attemptNo int) (
 
 // InsertAttempt creates an attempt with its pinned routing.
 func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
-	_, err := t.tx.Exec(ctx, sqlInsertAttempt, a.JobID, a.StepID, a.AttemptNo, a.LeaseID, a.Status,
-		a.Routing.Mode, a.Routing.Partition, a.Routing.RoutingKey, a.Routing.Topic, a.Routing.DecisionSource,
-		a.Routing.DecisionReason, nullTime(a.AckDeadline))
-	if err != nil {
-		return fmt.Errorf("insert attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
-	}
+	t.tx.hold(fmt.Sprintf("insert attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlInsertAttempt, nil,
+		a.JobID, a.StepID, a.AttemptNo, a.LeaseID, a.Status, a.Routing.Mode, a.Routing.Partition, a.Routing.RoutingKey,
+		a.Routing.Topic, a.Routing.DecisionSource, a.Routing.DecisionReason, nullTime(a.AckDeadline))
 	return nil
 }
 
 // UpdateAttempt writes an attempt's mutable fields. Routing never changes.
 func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
-	tag, err := t.tx.Exec(ctx, sqlUpdateAttempt, a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID,
-		a.FailureClass, a.Reason, nullTime(a.AckedAt), nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt),
-		nullTime(a.LastHeartbeatAt), jsonOrNull(a.Progress))
-	if err != nil {
-		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("update attempt %s/%s#%d: %w", a.JobID, a.StepID, a.AttemptNo, ErrNotFound)
-	}
+	t.tx.hold(fmt.Sprintf("update attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlUpdateAttempt, oneRow,
+		a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID, a.FailureClass, a.Reason, nullTime(a.AckedAt),
+		nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt), nullTime(a.LastHeartbeatAt), jsonOrNull(a.Progress))
 	return nil
 }
 
