@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -406,7 +408,7 @@ func portAllocator(free bool) (port func(def int) string, release func()) {
 	var held []net.Listener
 	port = func(def int) string {
 		if free {
-			if l, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			if l, err := freeListener(); err == nil {
 				held = append(held, l)
 				return l.Addr().String()
 			}
@@ -419,6 +421,28 @@ func portAllocator(free bool) (port func(def int) string, release func()) {
 		}
 	}
 	return port, release
+}
+
+// freeListener binds a free port below the kernel's ephemeral range. Between
+// release and a service's own bind, a port from that range can be handed to
+// any outgoing connection on the machine (a test's database client), and the
+// service then exits with "address already in use"; a port below the range
+// is only ever taken by an explicit bind.
+func freeListener() (net.Listener, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11024 {
+				low = v
+			}
+		}
+	}
+	for range 100 {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", low-10000+rand.IntN(10000))); err == nil {
+			return l, nil
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // prefixWriter writes each line as "name | line".

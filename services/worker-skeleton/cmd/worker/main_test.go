@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -298,15 +299,27 @@ func (w *workerProcess) result(t *testing.T, jobID, stepID string) *luciusv1.Res
 }
 
 // metrics returns the lucius_worker lines of /metrics.
-func (w *workerProcess) metrics(t *testing.T) string {
+// metrics returns the worker's lucius_worker series once they hold every
+// wanted line (or after 10 s, for the caller to report): a directive is
+// counted just after its RESULT is delivered, so a test that has seen the
+// RESULT may scrape before the count.
+func (w *workerProcess) metrics(t *testing.T, wants ...string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + w.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + w.httpAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := grep(string(body), "lucius_worker")
+		missing := slices.ContainsFunc(wants, func(want string) bool { return !strings.Contains(m, want) })
+		if !missing || time.Now().After(deadline) {
+			return m
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return grep(string(body), "lucius_worker")
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -360,7 +373,8 @@ func TestBinaryRunsOCRDirectiveAndStopsOnSIGTERM(t *testing.T) {
 		jobID).Scan(&effectAttempt); err != nil || effectAttempt != 1 {
 		t.Errorf("worker_effects row: attempt %d (%v), want the migrated table to hold attempt 1's effect", effectAttempt, err)
 	}
-	if m := w.metrics(t); !strings.Contains(m, `lucius_worker_directives_total{outcome="succeeded",service="ocr"} 1`) {
+	handled := `lucius_worker_directives_total{outcome="succeeded",service="ocr"} 1`
+	if m := w.metrics(t, handled); !strings.Contains(m, handled) {
 		t.Errorf("/metrics lacks the handled directive:\n%s", m)
 	}
 	w.stop(t)
@@ -424,12 +438,13 @@ func TestBinaryRunsSeveralServices(t *testing.T) {
 	if err := w.pool.QueryRow(ctx, `SELECT count(DISTINCT service) FROM worker_executions WHERE finished_at IS NOT NULL`).Scan(&rows); err != nil || rows != 2 {
 		t.Errorf("services in worker_executions = %d (%v), want 2", rows, err)
 	}
-	m := w.metrics(t)
-	for _, want := range []string{
+	wants := []string{
 		`lucius_worker_directives_total{outcome="succeeded",service="raster"} 2`,
 		`lucius_worker_directives_total{outcome="succeeded",service="tiles"} 1`,
 		`lucius_worker_directives_total{outcome="failed",service="tiles"} 1`,
-	} {
+	}
+	m := w.metrics(t, wants...)
+	for _, want := range wants {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, m)
 		}
