@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -62,7 +63,7 @@ const (
 	condTransition = "transition" // the flood starting or stopping: not counted
 )
 
-func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input, workspace string, payload *structpb.Struct) error {
+func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, db *pgxpool.Pool, input, workspace string, payload *structpb.Struct) error {
 	// p99 of fewer than ~1,000 samples is the few slowest calls, noise on a
 	// shared two-core machine; -n sets the samples per condition (at most 3,000).
 	cfg.calm = min(cfg.calm, 3000)
@@ -172,6 +173,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		hold      time.Duration
 	}{{condFlood, flood, floodSettle}, {condAlone, nil, floodDrain}, {condAtLimit, atLimit, floodSettle}}
 	on := map[*flooder]time.Duration{} // how long each client ran
+	cpu := newCPUMeter(db)
 	for i := 0; count(condAlone) < cfg.calm || count(condFlood) < cfg.calm || count(condAtLimit) < cfg.calm; i++ {
 		w := cycle[i%len(cycle)]
 		condition.Store(condTransition)
@@ -186,9 +188,11 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 			return err
 		}
 		condition.Store(w.condition)
+		cpu.begin(ctx)
 		if err := wait(floodWindow - w.hold); err != nil {
 			return err
 		}
+		cpu.end(ctx, w.condition)
 		if w.running != nil {
 			on[w.running] += time.Since(t0)
 		}
@@ -222,6 +226,7 @@ func runFlood(ctx context.Context, cfg floodConfig, conn *grpc.ClientConn, input
 		lat := latencies(c.samples)
 		fmt.Printf("  calm tenant Submit, %-29s p50 %-7s p95 %-7s p99 %-7s (%d samples)\n", c.name, pct(lat, 50), pct(lat, 95), pct(lat, 99), len(lat))
 	}
+	cpu.report(condAlone, condAtLimit, condFlood)
 	fmt.Println("  p99 ratios, with 95% intervals from resampling whole windows (a slow second lands in one window, not in one sample):")
 	for _, r := range []struct {
 		name string

@@ -122,7 +122,12 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	client := luciusv1.NewCommandServiceClient(conn)
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"what is this about?"}})
 	if floodCfg != nil {
-		return runFlood(ctx, *floodCfg, conn, "file://"+input, s.Workspace, payload)
+		db, err := pgxpool.New(ctx, s.URL)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return runFlood(ctx, *floodCfg, conn, db, "file://"+input, s.Workspace, payload)
 	}
 	start := time.Now()
 
