@@ -49,7 +49,7 @@ func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, 
 	var out AckResult
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
-		job, step, err := lockStep(ctx, tx, key)
+		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -58,9 +58,8 @@ func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, 
 			out.Outcome = outcome
 			return nil
 		}
-		attempt, err := tx.Attempt(ctx, key.jobID, key.stepID, key.attemptNo)
-		if err != nil {
-			return err
+		if attempt == nil {
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
 		}
 		if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
 			return err
@@ -91,7 +90,7 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 	var out ResultResult
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
-		job, step, err := lockStep(ctx, tx, key)
+		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -101,9 +100,8 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 			out.Outcome = outcome
 			return nil
 		}
-		attempt, err := tx.Attempt(ctx, key.jobID, key.stepID, key.attemptNo)
-		if err != nil {
-			return err
+		if attempt == nil {
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
 			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
@@ -277,7 +275,7 @@ func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) 
 	var out HeartbeatResult
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
-		job, step, err := lockStep(ctx, tx, key)
+		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {
 			return err
 		}
@@ -286,9 +284,8 @@ func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) 
 			out.Outcome = outcome
 			return nil
 		}
-		attempt, err := tx.Attempt(ctx, key.jobID, key.stepID, key.attemptNo)
-		if err != nil {
-			return err
+		if attempt == nil {
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
 			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
@@ -330,17 +327,14 @@ func (e *Engine) timeout(ctx context.Context, job *ledger.Job, step *ledger.Step
 	return workflow.DefaultTimeout, nil
 }
 
-// lockStep locks the job and returns it with the named step.
-func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job, *ledger.Step, error) {
-	job, err := tx.LockJob(ctx, key.jobID)
-	if err != nil {
-		return nil, nil, err
+// lockStep locks the job and the named step and returns them with the
+// attempt the callback names (nil when there is none), in one round trip.
+func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job, *ledger.Step, *ledger.Attempt, error) {
+	job, step, attempt, err := tx.LockCallback(ctx, key.jobID, key.stepID, key.attemptNo)
+	if job != nil && (errors.Is(err, ledger.ErrNotFound) || (err == nil && !step.Executable())) {
+		return nil, nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.jobID, key.stepID, ErrUnknownStep)
 	}
-	step, err := tx.LockStep(ctx, key.jobID, key.stepID)
-	if errors.Is(err, ledger.ErrNotFound) || (err == nil && !step.Executable()) {
-		return nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.jobID, key.stepID, ErrUnknownStep)
-	}
-	return job, step, err
+	return job, step, attempt, err
 }
 
 // checkCallback applies the guards every callback passes before it may change

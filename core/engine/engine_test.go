@@ -28,6 +28,7 @@ type fixture struct {
 	t     *testing.T
 	ctx   context.Context
 	store *ledger.Store
+	waits *pgtest.Waits // the store's waits on the database
 	reg   *registry.Registry
 	eng   *engine.Engine
 	clock *clock
@@ -54,7 +55,7 @@ func (c *clock) Advance(d time.Duration) {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	pool := pgtest.NewPool(t)
+	pool, waits := pgtest.NewCountingPool(t)
 	store := ledger.New(pool, nil)
 	t.Cleanup(store.Close)
 	reg := registry.New(store)
@@ -71,7 +72,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: context.Background(), store: store, reg: reg, eng: eng, clock: clk}
+	return &fixture{t: t, ctx: context.Background(), store: store, waits: waits, reg: reg, eng: eng, clock: clk}
 }
 
 // accept stores a request the way the gateway does and returns its queue message.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -17,49 +16,16 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }
 
-// sendCounter counts what a pool sends to the server: statements, batches
-// and COPYs, each one wait for an answer.
-type sendCounter struct{ n atomic.Int64 }
-
-func (c *sendCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *sendCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *sendCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *sendCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *sendCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-func (c *sendCounter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *sendCounter) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
-
 // countedPool is a one-connection pool on a fresh database with a scratch
-// table pipe_t(id, v), counting what it sends.
-func countedPool(t *testing.T) (*pgxpool.Pool, *sendCounter) {
+// table pipe_t(id, v), counting its waits on the server.
+func countedPool(t *testing.T) (*pgxpool.Pool, *pgtest.Waits) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &sendCounter{}
-	cfg.MaxConns = 1
-	cfg.ConnConfig.Tracer = counter
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, waits := pgtest.NewCountingPool(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE pipe_t (id int PRIMARY KEY, v int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	counter.n.Store(0)
-	return pool, counter
+	waits.Reset()
+	return pool, waits
 }
 
 func pipeRows(t *testing.T, pool *pgxpool.Pool) map[int]int {
@@ -88,8 +54,8 @@ const (
 )
 
 func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
-	ctx := context.Background()
 	pool, sent := countedPool(t)
+	ctx := sent.Counting(context.Background())
 	p, err := beginPipe(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +63,8 @@ func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
 	defer p.Rollback(ctx) //nolint:errcheck
 	p.hold("insert", pipeInsert, nil, 1, 10)
 	p.hold("update", pipeUpdate, oneRow, 1, 11)
-	if sent.n.Load() != 0 {
-		t.Fatalf("held statements went out at once: %d sends", sent.n.Load())
+	if sent.Load() != 0 {
+		t.Fatalf("held statements went out at once: %d sends", sent.Load())
 	}
 	var v int
 	if err := p.QueryRow(ctx, `SELECT v FROM pipe_t WHERE id = $1`, 1).Scan(&v); err != nil {
@@ -107,7 +73,7 @@ func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
 	if v != 11 {
 		t.Errorf("the read saw v = %d, want the held update's 11: statements must run in the order given", v)
 	}
-	if got := sent.n.Load(); got != 1 {
+	if got := sent.Load(); got != 1 {
 		t.Errorf("BEGIN, two writes and a read took %d sends, want 1", got)
 	}
 	rows, err := p.Query(ctx, `SELECT id FROM pipe_t`) // nothing held: straight through
@@ -119,7 +85,7 @@ func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
 	if err := p.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := sent.n.Load(); got != 4 {
+	if got := sent.Load(); got != 4 {
 		t.Errorf("the whole transaction took %d sends, want 4 (begin+writes+read, read, held write, commit)", got)
 	}
 	if got := pipeRows(t, pool); got[1] != 12 {
@@ -185,22 +151,22 @@ func TestPipeHeldWriteFailuresRollBackEverything(t *testing.T) {
 			if got := pipeRows(t, pool); len(got) != 0 {
 				t.Errorf("rows %v survived a failed transaction", got)
 			}
-			// The one connection went back to the pool outside any transaction.
-			conn, err := pool.Acquire(ctx)
-			if err != nil {
+			// No session was left inside the failed transaction.
+			var open int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Release()
-			if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
-				t.Errorf("connection returned in transaction status %q, want idle", st)
+			if open != 0 {
+				t.Errorf("%d sessions left idle in a transaction", open)
 			}
 		})
 	}
 }
 
 func TestPipeThatNeverSpokeSendsNothing(t *testing.T) {
-	ctx := context.Background()
 	pool, sent := countedPool(t)
+	ctx := sent.Counting(context.Background())
 	for _, end := range []func(*pipeTx) error{
 		func(p *pipeTx) error { return p.Commit(ctx) },
 		func(p *pipeTx) error { return p.Rollback(ctx) },
@@ -216,7 +182,7 @@ func TestPipeThatNeverSpokeSendsNothing(t *testing.T) {
 			t.Errorf("a second end: %v, want ErrTxClosed", err)
 		}
 	}
-	if got := sent.n.Load(); got != 0 {
+	if got := sent.Load(); got != 0 {
 		t.Errorf("empty transactions sent %d statements", got)
 	}
 }

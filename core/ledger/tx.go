@@ -216,6 +216,44 @@ func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
 	return nil
 }
 
+// LockCallback reads what a worker's callback names, in one round trip: the
+// job and the step, locked in that order as LockJob and LockStep lock them
+// (ErrNotFound when either is missing; the job is returned when only the
+// step is), and the attempt, nil when the step has no such attempt.
+func (t *Tx) LockCallback(ctx context.Context, jobID, stepID string, attemptNo int) (*Job, *Step, *Attempt, error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlLockJob, jobID)
+	b.Queue(sqlStep+` FOR UPDATE`, jobID, stepID)
+	b.Queue(sqlAttempt, jobID, stepID, attemptNo)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	job, err := scanJob(br.QueryRow())
+	if isNoRows(err) {
+		return nil, nil, nil, fmt.Errorf("job %s: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("lock job %s: %w", jobID, err)
+	}
+	st, err := scanStep(br.QueryRow())
+	if isNoRows(err) {
+		return job, nil, nil, fmt.Errorf("step %s/%s: %w", jobID, stepID, ErrNotFound)
+	}
+	if err != nil {
+		return job, nil, nil, fmt.Errorf("step %s/%s: %w", jobID, stepID, err)
+	}
+	a, err := scanAttempt(br.QueryRow())
+	if isNoRows(err) {
+		a, err = nil, nil
+	}
+	if err != nil {
+		return job, nil, nil, fmt.Errorf("attempt %s/%s#%d: %w", jobID, stepID, attemptNo, err)
+	}
+	if err := br.Close(); err != nil {
+		return job, nil, nil, err
+	}
+	return job, &st, a, nil
+}
+
 // Attempt returns one attempt of a step.
 func (t *Tx) Attempt(ctx context.Context, jobID, stepID string, attemptNo int) (*Attempt, error) {
 	a, err := scanAttempt(t.tx.QueryRow(ctx, sqlAttempt, jobID, stepID, attemptNo))

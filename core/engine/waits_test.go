@@ -1,0 +1,53 @@
+package engine_test
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
+)
+
+// On a busy machine every wait on the database is a wake-up of a backend and
+// then of the waiting process, and those waits, more than the statements,
+// make a submit's tail latency and a callback's CPU. This pins how many a
+// submit and each callback take.
+func TestSubmitAndCallbacksWaitOnTheDatabaseFewTimes(t *testing.T) {
+	f := setup(t)
+	ctx := f.waits.Counting(f.ctx)
+	q, req, msg, err := f.request("Acme", "OCR_EMBEDDING_SIS", map[string]any{"prompt_set": []any{"summarize"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waits.Reset()
+	if _, err := f.store.Accept(ctx, req, msg, ledger.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waits.Load(); got != 3 {
+		t.Errorf("a submit waited %d times, want 3: BEGIN with the request, the events, outbox row and slot, the commit", got)
+	}
+	f.create(q)
+	s := f.current(q.JobId)
+
+	f.waits.Reset()
+	ack, err := f.eng.Ack(ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
+		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1"})
+	if err != nil || ack.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		t.Fatalf("ack: %v, %v", ack.Outcome, err)
+	}
+	if got := f.waits.Load(); got != 3 {
+		t.Errorf("an ACK waited %d times, want 3: BEGIN with the job, step and attempt, the writes with the events, the commit", got)
+	}
+
+	f.waits.Reset()
+	res, err := f.eng.Result(ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
+		LeaseId: s.LeaseID, Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()})
+	if err != nil || res.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		t.Fatalf("result: %v, %v", res.Outcome, err)
+	}
+	if got := f.waits.Load(); got != 4 {
+		t.Errorf("a RESULT that dispatches the next step waited %d times, want 4: BEGIN with the job, step and attempt, "+
+			"the job's steps, the writes with the events and the next directive, the commit", got)
+	}
+}
