@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Admission scopes, in the order their slots are taken and given back (one
@@ -60,32 +61,35 @@ type jobSlots struct {
 // counts every admission committed before it: the count is a statement of
 // its own, after the lock, and so sees them.
 func queueTakeSlots(b *pgx.Batch, c jobSlots) {
-	b.Queue(sqlTakeSlot, c.tenant, c.limits.Tenant).QueryRow(func(row pgx.Row) error {
-		var active int
-		err := row.Scan(&active)
-		if isNoRows(err) {
-			return &LimitError{Scope: ScopeTenant, Key: c.tenant, Limit: c.limits.Tenant}
+	// A refusal is an error raised by the statement itself (LUC01), so it
+	// aborts the transaction even when its COMMIT is already on the way.
+	refused := func(scope, key string, limit int, what string) func(pgconn.CommandTag, error) error {
+		return func(_ pgconn.CommandTag, err error) error {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == codeAdmissionRefused {
+				return &LimitError{Scope: scope, Key: key, Limit: limit}
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("take tenant slot: %w", err)
-		}
-		return nil
-	})
+	}
+	queueChecked(b, refused(ScopeTenant, c.tenant, c.limits.Tenant, "take tenant slot"), sqlTakeSlot, c.tenant, c.limits.Tenant)
 	for _, s := range sharedScopes(c.lane, c.limits) {
 		queueExec(b, "lock "+s.scope+" scope", sqlLockScope, "lucius/admission/"+s.scope+"/"+s.key)
 		query, args := countLiveQuery(s)
-		b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
-			var live int // this request included
-			if err := row.Scan(&live); err != nil {
-				return fmt.Errorf("count %s work: %w", s.scope, err)
-			}
-			if live > s.limit {
-				return &LimitError{Scope: s.scope, Key: s.key, Limit: s.limit}
-			}
-			return nil
-		})
+		// live counts this request too: it may reach the limit, not pass it.
+		n := len(args)
+		query = fmt.Sprintf(`SELECT CASE WHEN live > $%d::bigint THEN lucius_admission_refused($%d, $%d, $%d::int) ELSE live END
+			FROM (%s) c(live)`, n+1, n+2, n+3, n+4, query)
+		args = append(args, s.limit, s.scope, s.key, s.limit)
+		queueChecked(b, refused(s.scope, s.key, s.limit, "count "+s.scope+" work"), query, args...)
 	}
 }
+
+// codeAdmissionRefused is the SQLSTATE lucius_admission_refused raises.
+const codeAdmissionRefused = "LUC01"
 
 // sharedScope is a lane or the global scope with its limit.
 type sharedScope struct {
@@ -223,9 +227,11 @@ func (s *Store) RepairSlots(ctx context.Context) ([]SlotRepair, error) {
 
 const (
 	// sqlTakeSlot counts one more active job of tenant $1 unless it is at $2 (0: no limit).
-	sqlTakeSlot = `INSERT INTO admission_usage AS u (scope, key, active) VALUES ('tenant', $1, 1)
+	// (the refusal is raised: see queueTakeSlots).
+	sqlTakeSlot = `WITH t AS (INSERT INTO admission_usage AS u (scope, key, active) VALUES ('tenant', $1, 1)
 	ON CONFLICT (scope, key) DO UPDATE SET active = u.active + 1 WHERE $2 = 0 OR u.active < $2
-	RETURNING active`
+	RETURNING active)
+	SELECT coalesce((SELECT active FROM t), lucius_admission_refused('tenant', $1, $2))`
 
 	sqlPrecheckSlots = `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1),
 	coalesce((SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $2), 0)`

@@ -84,11 +84,8 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := tx.flush(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return err
-	}
-	if err := pgtx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
 	}
 	if len(tx.outbox) > 0 {
 		s.notify.poke()

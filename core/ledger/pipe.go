@@ -11,17 +11,20 @@ import (
 )
 
 // pipeTx is a transaction on one pooled connection that holds back what needs
-// no answer yet (BEGIN, and the row writes the ledger checks only for the
-// number of rows they touched) and sends it in one pipelined batch with the
-// next statement that must answer: a read, the flush at commit, a COPY. The
-// server sees the same statements in the same order; the process waits for
-// the database once per answer instead of once per statement. On a busy
-// machine each wait is a wake-up of the backend and then of this process,
-// which is where a callback's or a submit's time and CPU went.
+// no answer yet (BEGIN, and row writes) and sends it in one pipelined batch
+// with the next statement that must answer: a read, a COPY, or the writes
+// at commit with the COMMIT itself. The server sees the same statements in
+// the same order; the process waits for the database once per answer
+// instead of once per statement. On a busy machine each wait is a wake-up
+// of the backend and then of this process, which is where a callback's or a
+// submit's time and CPU went.
 //
 // A held write that fails reports its error at the next answer instead of
 // at its call; every caller returns such errors and the transaction rolls
-// back, so only when the error is seen moves.
+// back, so only when the error is seen moves. Checks on held writes (one row
+// touched, an admission within its limit) are raised by the statements
+// themselves, so a failed check aborts the transaction before a COMMIT sent
+// in the same batch can run.
 //
 // pipeTx implements pgx.Tx for code that keeps its own tables in the
 // ledger's database (Tx.SQL); nested transactions and large objects are not
@@ -33,12 +36,11 @@ type pipeTx struct {
 	settled bool // committed or rolled back; the connection is returned
 }
 
-// heldStmt is a statement sent later; check judges its result.
+// heldStmt is a statement sent later; what names it in errors.
 type heldStmt struct {
-	sql   string
-	args  []any
-	check func(pgconn.CommandTag) error // nil: any success will do
-	what  string
+	sql  string
+	args []any
+	what string
 }
 
 func beginPipe(ctx context.Context, pool *pgxpool.Pool) (*pipeTx, error) {
@@ -50,9 +52,20 @@ func beginPipe(ctx context.Context, pool *pgxpool.Pool) (*pipeTx, error) {
 }
 
 // hold queues a write to go with the next statement that answers.
-func (p *pipeTx) hold(what, sql string, check func(pgconn.CommandTag) error, args ...any) {
-	p.held = append(p.held, heldStmt{sql: sql, args: args, check: check, what: what})
+func (p *pipeTx) hold(what, sql string, args ...any) {
+	p.held = append(p.held, heldStmt{sql: sql, args: args, what: what})
 }
+
+// holdOne queues a write (an UPDATE or DELETE without RETURNING) that must
+// touch exactly one row; otherwise the transaction fails with ErrNotFound.
+func (p *pipeTx) holdOne(what, sql string, args ...any) {
+	n := len(args)
+	p.hold(what, fmt.Sprintf(`WITH w AS (%s RETURNING 1) SELECT lucius_expect_row(count(*), $%d) FROM w`, sql, n+1),
+		append(args, what)...)
+}
+
+// codeNoRow is the SQLSTATE lucius_expect_row raises (no_data_found).
+const codeNoRow = "P0002"
 
 // send sends the held statements, then b's (nil: none), in one batch and
 // returns the results positioned at b's first statement.
@@ -68,12 +81,12 @@ func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, erro
 	}
 	br := p.conn.SendBatch(ctx, all)
 	for _, h := range held {
-		tag, err := br.Exec()
-		if err == nil && h.check != nil {
-			err = h.check(tag)
-		}
-		if err != nil {
+		if _, err := br.Exec(); err != nil {
 			br.Close() //nolint:errcheck // the first error is the one to report
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == codeNoRow {
+				err = ErrNotFound
+			}
 			return nil, fmt.Errorf("%s: %w", h.what, err)
 		}
 		if h.sql == "begin" {
@@ -175,21 +188,40 @@ func (p *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
 func (p *pipeTx) Conn() *pgx.Conn { return p.conn.Conn() }
 
-// Commit sends what is held, checks it, and commits. A transaction that never
-// reached the server has nothing to commit.
-func (p *pipeTx) Commit(ctx context.Context) error {
+// Commit commits what is held and sent.
+func (p *pipeTx) Commit(ctx context.Context) error { return p.commitWith(ctx, nil) }
+
+// commitWith sends what is held, then b's statements (nil: none), then
+// COMMIT, in one batch, and returns the first error. b's statements must
+// raise their failures: the COMMIT runs unless one did. A transaction that
+// never reached the server and has nothing to write has nothing to commit.
+// After an error the transaction is still open, for Rollback.
+func (p *pipeTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	if p.settled {
 		return pgx.ErrTxClosed
 	}
-	defer p.release()
-	if !p.begun && len(p.held) <= 1 {
-		return nil // only BEGIN is held: nothing was read or written
+	if b == nil {
+		b = &pgx.Batch{}
 	}
-	if err := p.sendHeld(ctx); err != nil {
+	if !p.begun && len(p.held) <= 1 && b.Len() == 0 {
+		p.release() // only BEGIN is held: nothing was read or written
+		return nil
+	}
+	b.Queue("commit").Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}
+	br, err := p.send(ctx, b)
+	if err != nil {
 		return err
 	}
-	_, err := p.conn.Exec(ctx, "commit")
-	return err
+	if err := br.Close(); err != nil {
+		return err
+	}
+	p.release()
+	return nil
 }
 
 // Rollback ends the transaction unless it was committed; like pgx's, it is

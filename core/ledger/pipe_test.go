@@ -61,8 +61,8 @@ func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Rollback(ctx) //nolint:errcheck
-	p.hold("insert", pipeInsert, nil, 1, 10)
-	p.hold("update", pipeUpdate, oneRow, 1, 11)
+	p.hold("insert", pipeInsert, 1, 10)
+	p.holdOne("update", pipeUpdate, 1, 11)
 	if sent.Load() != 0 {
 		t.Fatalf("held statements went out at once: %d sends", sent.Load())
 	}
@@ -81,12 +81,12 @@ func TestPipeSendsHeldStatementsWithTheNextAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows.Close()
-	p.hold("update", pipeUpdate, oneRow, 1, 12)
+	p.holdOne("update", pipeUpdate, 1, 12)
 	if err := p.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := sent.Load(); got != 4 {
-		t.Errorf("the whole transaction took %d sends, want 4 (begin+writes+read, read, held write, commit)", got)
+	if got := sent.Load(); got != 3 {
+		t.Errorf("the whole transaction took %d sends, want 3 (begin+writes+read, read, held write+commit)", got)
 	}
 	if got := pipeRows(t, pool); got[1] != 12 {
 		t.Errorf("committed rows %v, want id 1 = 12", got)
@@ -105,18 +105,18 @@ func TestPipeHeldWriteFailuresRollBackEverything(t *testing.T) {
 		isErr func(error) bool
 	}{
 		{"an update that finds no row, at commit",
-			func(p *pipeTx) { p.hold("update 99", pipeUpdate, oneRow, 99, 1) },
+			func(p *pipeTx) { p.holdOne("update 99", pipeUpdate, 99, 1) },
 			func(ctx context.Context, p *pipeTx) error { return p.Commit(ctx) },
 			func(err error) bool { return errors.Is(err, ErrNotFound) }},
 		{"a duplicate key, at the next read",
-			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, nil, 1, 2) },
+			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, 1, 2) },
 			func(ctx context.Context, p *pipeTx) error {
 				var n int
 				return p.QueryRow(ctx, `SELECT count(*) FROM pipe_t`).Scan(&n)
 			},
 			dup},
 		{"a duplicate key, at the next batch",
-			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, nil, 1, 2) },
+			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, 1, 2) },
 			func(ctx context.Context, p *pipeTx) error {
 				b := &pgx.Batch{}
 				b.Queue(`SELECT 1`)
@@ -124,7 +124,7 @@ func TestPipeHeldWriteFailuresRollBackEverything(t *testing.T) {
 			},
 			dup},
 		{"a duplicate key, before a COPY",
-			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, nil, 1, 2) },
+			func(p *pipeTx) { p.hold("insert 1 again", pipeInsert, 1, 2) },
 			func(ctx context.Context, p *pipeTx) error {
 				_, err := p.CopyFrom(ctx, pgx.Identifier{"pipe_t"}, []string{"id", "v"}, pgx.CopyFromRows([][]any{{7, 7}}))
 				return err
@@ -141,7 +141,7 @@ func TestPipeHeldWriteFailuresRollBackEverything(t *testing.T) {
 			if _, err := p.Exec(ctx, pipeInsert, 1, 1); err != nil {
 				t.Fatal(err)
 			}
-			p.hold("insert 2", pipeInsert, nil, 2, 2)
+			p.hold("insert 2", pipeInsert, 2, 2)
 			tc.hold(p)
 			err = tc.end(ctx, p)
 			if !tc.isErr(err) {

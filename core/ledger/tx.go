@@ -86,16 +86,8 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 // UpdateJob writes the job's mutable fields (status, current step, reason,
 // result, cancellation, completion).
 func (t *Tx) UpdateJob(ctx context.Context, j *Job) error {
-	t.tx.hold("update job "+j.JobID, sqlUpdateJob, oneRow, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
+	t.tx.holdOne("update job "+j.JobID, sqlUpdateJob, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
 		nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
-	return nil
-}
-
-// oneRow checks that a held update found its row.
-func oneRow(tag pgconn.CommandTag) error {
-	if tag.RowsAffected() != 1 {
-		return ErrNotFound
-	}
 	return nil
 }
 
@@ -210,7 +202,7 @@ func (t *Tx) UpdateStep(ctx context.Context, s *Step) error {
 		return err
 	}
 	c := s.Children
-	t.tx.hold(fmt.Sprintf("update step %s/%s", s.JobID, s.StepID), sqlUpdateStep, oneRow, s.JobID, s.StepID, s.Status,
+	t.tx.holdOne(fmt.Sprintf("update step %s/%s", s.JobID, s.StepID), sqlUpdateStep, s.JobID, s.StepID, s.Status,
 		s.AttemptNo, nullUUID(s.LeaseID), jsonOrNull(s.Params), jsonOrNull(s.Output), artifacts, s.FailureClass, s.Reason,
 		s.Expanded, c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, nullTime(s.StartedAt), nullTime(s.CompletedAt), s.RetryBase)
 	return nil
@@ -265,7 +257,7 @@ func (t *Tx) Attempt(ctx context.Context, jobID, stepID string, attemptNo int) (
 
 // InsertAttempt creates an attempt with its pinned routing.
 func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
-	t.tx.hold(fmt.Sprintf("insert attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlInsertAttempt, nil,
+	t.tx.hold(fmt.Sprintf("insert attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlInsertAttempt,
 		a.JobID, a.StepID, a.AttemptNo, a.LeaseID, a.Status, a.Routing.Mode, a.Routing.Partition, a.Routing.RoutingKey,
 		a.Routing.Topic, a.Routing.DecisionSource, a.Routing.DecisionReason, nullTime(a.AckDeadline))
 	return nil
@@ -273,18 +265,20 @@ func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
 
 // UpdateAttempt writes an attempt's mutable fields. Routing never changes.
 func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
-	t.tx.hold(fmt.Sprintf("update attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlUpdateAttempt, oneRow,
+	t.tx.holdOne(fmt.Sprintf("update attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlUpdateAttempt,
 		a.JobID, a.StepID, a.AttemptNo, a.Status, a.WorkerID, a.FailureClass, a.Reason, nullTime(a.AckedAt),
 		nullTime(a.LeaseExpiresAt), nullTime(a.CompletedAt), nullTime(a.LastHeartbeatAt), jsonOrNull(a.Progress))
 	return nil
 }
 
-// flush writes the buffered events and outbox messages, then the admission
-// changes, in one pipelined round trip: on a busy machine every round trip
-// is a wait for the database backend and then for this process to be
-// scheduled again, and those waits, not the statements, make the tail of a
-// submit's latency.
-func (t *Tx) flush(ctx context.Context) error {
+// commit writes the buffered events and outbox messages, then the admission
+// changes, and commits, in one pipelined round trip with whatever writes are
+// held: on a busy machine every round trip is a wait for the database
+// backend and then for this process to be scheduled again, and those waits,
+// not the statements, make the tail of a submit's latency. Every statement's
+// failure is raised by the statement, so the COMMIT queued behind them runs
+// only when all succeeded.
+func (t *Tx) commit(ctx context.Context) error {
 	b := &pgx.Batch{}
 	if err := queueEvents(b, t.events); err != nil {
 		return err
@@ -300,11 +294,13 @@ func (t *Tx) flush(ctx context.Context) error {
 	if t.claim != nil {
 		queueTakeSlots(b, *t.claim)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	// Close runs each statement's check in order and stops at the first error.
-	return t.tx.SendBatch(ctx, b).Close()
+	return t.tx.commitWith(ctx, b)
+}
+
+// queueChecked queues a statement whose outcome check judges, its error
+// included.
+func queueChecked(b *pgx.Batch, check func(pgconn.CommandTag, error) error, sql string, args ...any) {
+	b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error { return check(br.Exec()) }
 }
 
 // queueExec queues a statement whose failure is reported as what.
