@@ -96,6 +96,14 @@ func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, erro
 	return br, nil
 }
 
+// sendWith sends what is held, then one statement, and returns the results
+// positioned at that statement.
+func (p *pipeTx) sendWith(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return p.send(ctx, b)
+}
+
 // sendHeld sends what is held, alone.
 func (p *pipeTx) sendHeld(ctx context.Context) error {
 	if len(p.held) == 0 {
@@ -112,9 +120,7 @@ func (p *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if len(p.held) == 0 {
 		return p.conn.Exec(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := p.send(ctx, b)
+	br, err := p.sendWith(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -129,9 +135,7 @@ func (p *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if len(p.held) == 0 {
 		return p.conn.Query(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := p.send(ctx, b)
+	br, err := p.sendWith(ctx, sql, args)
 	if err != nil {
 		return nil, err
 	}
@@ -147,9 +151,7 @@ func (p *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	if len(p.held) == 0 {
 		return p.conn.QueryRow(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := p.send(ctx, b)
+	br, err := p.sendWith(ctx, sql, args)
 	if err != nil {
 		return errRow{err}
 	}
