@@ -48,7 +48,7 @@ type jobSlots struct {
 
 // queueTakeSlots queues the admission of a new request in its scopes; a
 // scope at its limit fails the batch with a *LimitError. It is queued last
-// in the transaction (see flush), so the locks it takes are held only for
+// in the transaction (see Tx.commit), so the locks it takes are held only for
 // the commit.
 //
 // A tenant's counter row is shared only by that tenant's own submits and

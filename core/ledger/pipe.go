@@ -209,12 +209,7 @@ func (p *pipeTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 		p.release() // only BEGIN is held: nothing was read or written
 		return nil
 	}
-	b.Queue("commit").Fn = func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("commit: %w", err)
-		}
-		return nil
-	}
+	queueExec(b, "commit", "commit")
 	br, err := p.send(ctx, b)
 	if err != nil {
 		return err
