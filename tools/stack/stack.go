@@ -74,6 +74,9 @@ type Stack struct {
 	mu        sync.Mutex
 	procs     map[string]*Process
 	order     []string
+	// reserved holds each free port bound until just before the process
+	// given it starts, so no other stack on the machine picks it meanwhile.
+	reserved map[string]net.Listener
 }
 
 // Process is one running binary.
@@ -124,6 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	for _, name := range s.order {
+		s.unreserve(s.procs[name])
 		if err := s.procs[name].start(); err != nil {
 			s.Stop(context.Background())
 			return nil, err
@@ -138,8 +142,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 
 // plan assigns addresses and environments to every process.
 func (s *Stack) plan() error {
-	port, release := portAllocator(s.cfg.FreePorts)
-	defer release()
+	port, reserved := portAllocator(s.cfg.FreePorts)
+	s.reserved = reserved
 	gwGRPC, gwHTTP := port(9090), port(8080)
 	s.Endpoints = Endpoints{GatewayGRPC: gwGRPC, GatewayHTTP: gwHTTP, Workers: map[string]string{}}
 	var orchGRPC, orchHTTP []string
@@ -261,6 +265,9 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 // Stop stops the processes (SIGTERM, then SIGKILL after a grace period) in
 // reverse start order, then the cluster it started.
 func (s *Stack) Stop(ctx context.Context) {
+	for _, l := range s.reserved {
+		l.Close()
+	}
 	for i := len(s.order) - 1; i >= 0; i-- {
 		p := s.procs[s.order[i]]
 		p.mu.Lock()
@@ -402,25 +409,34 @@ func Build(ctx context.Context, root, dir string) error {
 	return nil
 }
 
-// portAllocator returns fixed default ports, or free ones. Free ports stay
-// bound until release, so no two processes are given the same port.
-func portAllocator(free bool) (port func(def int) string, release func()) {
-	var held []net.Listener
+// portAllocator returns fixed default ports, or free ones, each kept bound
+// in reserved (by address) until unreserve: no two processes, and no other
+// stack's process, are given the same port.
+func portAllocator(free bool) (port func(def int) string, reserved map[string]net.Listener) {
+	reserved = map[string]net.Listener{}
 	port = func(def int) string {
 		if free {
 			if l, err := freeListener(); err == nil {
-				held = append(held, l)
+				reserved[l.Addr().String()] = l
 				return l.Addr().String()
 			}
 		}
 		return fmt.Sprintf("127.0.0.1:%d", def)
 	}
-	release = func() {
-		for _, l := range held {
+	return port, reserved
+}
+
+// unreserve frees the ports p listens on (its environment names them) just
+// before p starts, so the time another process could take one is the time p
+// takes to bind it.
+func (s *Stack) unreserve(p *Process) {
+	for _, kv := range p.env {
+		_, v, _ := strings.Cut(kv, "=")
+		if l, ok := s.reserved[v]; ok {
 			l.Close()
+			delete(s.reserved, v)
 		}
 	}
-	return port, release
 }
 
 // freeListener binds a free port below the kernel's ephemeral range. Between
