@@ -39,7 +39,8 @@ var (
 )
 
 // NotifyChannel is the channel the store notifies after committing outbox rows,
-// so the dispatcher publishes without waiting for its poll.
+// so the dispatcher (or deliverer) sends them without waiting for its poll.
+// The payload says which of them has rows waiting (NotifyPublish, NotifyCallbacks).
 const NotifyChannel = "ledger_outbox"
 
 // Store is the ledger over a connection pool.
@@ -88,7 +89,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 		return err
 	}
 	if len(tx.outbox) > 0 {
-		s.notify.poke()
+		s.notify.poke(tx.waiting()...)
 	}
 	return nil
 }

@@ -32,6 +32,26 @@ func (t *Tx) Append(events ...Event) { t.events = append(t.events, events...) }
 // Enqueue records messages to publish, written when the transaction commits.
 func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }
 
+// waiting names who sends the enqueued messages, for the notification.
+func (t *Tx) waiting() []string {
+	var publish, callbacks bool
+	for _, m := range t.outbox {
+		if m.Kind == KindCompletion {
+			callbacks = true
+		} else {
+			publish = true
+		}
+	}
+	var out []string
+	if publish {
+		out = append(out, NotifyPublish)
+	}
+	if callbacks {
+		out = append(out, NotifyCallbacks)
+	}
+	return out
+}
+
 // LockRequest returns the request and locks it.
 func (t *Tx) LockRequest(ctx context.Context, jobID string) (*Request, time.Time, error) {
 	var r Request

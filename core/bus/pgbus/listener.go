@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -33,13 +34,19 @@ type waiter struct {
 
 	// quietUntil is set when a claim found nothing more to take: until
 	// then nothing becomes claimable on the path except by a send, whose
-	// notification wakes the waiter. A receiver that comes back for more
-	// then waits instead of claiming in vain, which on a busy bus is most
-	// claims (each one index scans, a round trip and a wake-up of the
-	// database backend). Zero: claim at once.
+	// notification wakes the waiter, or by a lock expiring in another
+	// process, which the Bus's poll finds. A receiver that comes back for
+	// more then waits instead of claiming in vain, which on a busy bus is
+	// most claims (each one index scans, a round trip and a wake-up of the
+	// database backend). Zero: claim at once. idle: nothing is due at all.
 	mu         sync.Mutex
 	quietUntil time.Time
+	idle       bool
 }
+
+// untilWoken is the quiet of a path with nothing due: only a wake-up
+// (a notification, the Bus's poll, a listener reconnect) ends it.
+const untilWoken time.Duration = math.MaxInt64
 
 func (w *waiter) wake() {
 	w.setQuiet(0)
@@ -53,8 +60,8 @@ func (w *waiter) wake() {
 func (w *waiter) setQuiet(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.quietUntil = time.Time{}
-	if d > 0 {
+	w.quietUntil, w.idle = time.Time{}, d == untilWoken
+	if d > 0 && !w.idle {
 		w.quietUntil = time.Now().Add(d)
 	}
 }
@@ -63,7 +70,10 @@ func (w *waiter) setQuiet(d time.Duration) {
 func (w *waiter) quietFor() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.quietUntil.IsZero() {
+	switch {
+	case w.idle:
+		return untilWoken
+	case w.quietUntil.IsZero():
 		return 0
 	}
 	return time.Until(w.quietUntil)

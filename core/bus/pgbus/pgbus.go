@@ -66,8 +66,10 @@ func mustSub(fsys fs.FS, dir string) fs.FS {
 
 // Config tunes a Bus. Zero values take the defaults noted.
 type Config struct {
-	// PollInterval is the longest a waiting receiver goes without claiming
-	// when no notification arrives: the fallback if one is lost. Default 2s.
+	// PollInterval is how often the Bus asks, in one statement for all its
+	// waiting receivers, whether anything became claimable that no
+	// notification announced: a lock that expired in another process (its
+	// holder died) or a lost notification. Default 2s.
 	PollInterval time.Duration
 	// PurgeInterval is how often expired duplicate-detection ids are deleted.
 	// Default 1 minute.
@@ -123,6 +125,7 @@ type Bus struct {
 	completer *completer
 
 	claims atomic.Int64 // claim statements run, for tests
+	polls  atomic.Int64 // poll statements run, for tests
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by path
@@ -166,14 +169,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Bus, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	b.stop = stop
-	for _, run := range []func(context.Context){b.listener.run, b.notifier.run, b.completer.run, b.purgeLoop} {
+	for _, run := range []func(context.Context){b.listener.run, b.notifier.run, b.completer.run, b.purgeLoop, b.pollLoop} {
 		b.wg.Add(1)
 		go func() { defer b.wg.Done(); run(bg) }()
 	}
 	return b, nil
 }
 
-// Close stops the background work (listener, notifier, completer, purge). Senders and receivers of this
+// Close stops the background work (listener, notifier, completer, purge, poll). Senders and receivers of this
 // Bus return bus.ErrClosed afterwards; waiting receives return at once.
 func (b *Bus) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
@@ -396,6 +399,41 @@ func (b *Bus) purgeLoop(ctx context.Context) {
 		})
 		if err != nil && ctx.Err() == nil {
 			b.log.WarnContext(ctx, "purge duplicate-detection ids", "error", err)
+		}
+	})
+}
+
+// pollLoop wakes the waiting receivers of every path that has a claimable
+// message no wake-up announced. Receivers wait for wake-ups, not on timers of
+// their own: a process with many idle paths (a worker receives from 32
+// subscriptions) polls them all with one statement instead of one claim each.
+func (b *Bus) pollLoop(ctx context.Context) {
+	loop.Every(ctx, b.cfg.PollInterval, false, func(ctx context.Context) {
+		var quiet []string
+		b.mu.Lock()
+		for path, w := range b.waiters {
+			if w.quietFor() > 0 {
+				quiet = append(quiet, path)
+			}
+		}
+		b.mu.Unlock()
+		if len(quiet) == 0 {
+			return
+		}
+		b.polls.Add(1)
+		var claimable []string
+		rows, err := b.pool.Query(ctx, qClaimable, quiet)
+		if err == nil {
+			claimable, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.WarnContext(ctx, "bus poll", "paths", len(quiet), "error", err)
+			}
+			return
+		}
+		for _, path := range claimable {
+			b.wake(path)
 		}
 	})
 }

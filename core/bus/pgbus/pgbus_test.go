@@ -427,6 +427,82 @@ func TestDrainedPathWaitsForASendBeforeClaiming(t *testing.T) {
 	}
 }
 
+// Idle receivers wait for wake-ups, not on timers of their own: after each
+// has found its path empty once, nothing claims again, however many poll
+// intervals pass; the Bus's one poll statement per interval covers them all.
+func TestIdleReceiversDoNotClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBus(t, newPool(t), pgbus.Config{PollInterval: 50 * time.Millisecond})
+	const paths = 32
+	var blocked []<-chan error
+	for i := range paths {
+		q := fmt.Sprint("q", i)
+		if err := b.EnsureQueue(ctx, q, bus.QueueOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		blocked = append(blocked, blockedReceive(ctx, mustReceiver(t, b, bus.QueueSource(q))))
+	}
+	for deadline := time.Now().Add(eventually); b.Claims() < paths; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d first claims after %v, want %d", b.Claims(), eventually, paths)
+		}
+	}
+	polls := b.Polls()
+	for deadline := time.Now().Add(eventually); b.Polls() < polls+10; time.Sleep(10 * time.Millisecond) { // ten poll intervals
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls after %v, want 10", b.Polls()-polls, eventually)
+		}
+	}
+	if claims := b.Claims(); claims != paths {
+		t.Fatalf("%d claims by %d idle receivers over ten poll intervals, want %d (the first ones)", claims, paths, paths)
+	}
+	select {
+	case err := <-blocked[0]:
+		t.Fatalf("an idle receive returned: %v", err)
+	default:
+	}
+}
+
+// A message that becomes claimable with no notification (here: inserted
+// locked, as if its holder in another process died, the lock expiring half
+// a second later) is found by the poll and wakes a receiver that is waiting
+// for a wake-up after finding its path empty.
+func TestPollWakesReceiverWithoutNotification(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	b := newBus(t, pool, pgbus.Config{PollInterval: 100 * time.Millisecond})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := mustReceiver(t, b, bus.QueueSource("q"))
+	done := make(chan []*bus.Received, 1)
+	go func() {
+		wait, cancel := context.WithTimeout(ctx, eventually)
+		defer cancel()
+		msgs, err := r.Receive(wait, 1)
+		if err != nil {
+			t.Errorf("receive: %v", err)
+		}
+		done <- msgs
+	}()
+	for deadline := time.Now().Add(eventually); b.Claims() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the receiver never claimed")
+		}
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO bus_messages (path, available_at, lock_token, delivery_count, enqueued_at, expires_at, message_id, body)
+		VALUES ('q', now() + interval '500 milliseconds', gen_random_uuid(), 1, now(), now() + interval '1 hour', 'orphan', '')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := <-done
+	if len(msgs) != 1 || msgs[0].ID != "orphan" || msgs[0].DeliveryCount != 2 {
+		t.Fatalf("received %v, want the orphaned message on its second delivery", msgs)
+	}
+}
+
 // A receiver waiting after an empty claim still takes back a message whose
 // lock expired (its holder died) when the lock expires, not at the next
 // poll: the wait ends at the earliest lock expiry of the path.

@@ -172,6 +172,11 @@ SELECT (SELECT count(*) FROM dead),
   LEFT JOIN locked l ON true
  ORDER BY l.seq`
 
+	// qClaimable returns the paths of $1 that have a message to claim now.
+	qClaimable = `
+SELECT p FROM unnest($1::text[]) AS p
+ WHERE EXISTS (SELECT FROM bus_messages m WHERE m.path = p AND m.available_at <= now())`
+
 	// Settlement matches the delivery (sequence number, lock token, path) and
 	// requires the lock not to have expired, even if nobody claimed it since.
 	// Completions from concurrent callers are deleted together; the sequence

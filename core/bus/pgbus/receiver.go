@@ -40,9 +40,9 @@ func (r *receiver) isClosed() bool {
 	}
 }
 
-// Receive claims up to max messages, waiting for a notification, the poll
-// interval, or the time the next message becomes available when there are
-// none. Claim errors are logged and retried until ctx ends; the last one is
+// Receive claims up to max messages. When there are none it waits for a
+// wake-up (a send's notification, the Bus's poll) or the time the next
+// message of the path becomes available. Claim errors are logged and retried until ctx ends; the last one is
 // returned joined to ctx's error.
 func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Received, error) {
 	if maxMessages < 1 {
@@ -92,22 +92,45 @@ func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Receive
 		default:
 			woken, lastErr, backoff = false, nil, minRetry
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		switch r.wait(ctx, wait) {
+		case waitCancelled:
 			return giveUp(ctx.Err())
-		case <-r.done:
-			timer.Stop()
+		case waitClosed:
 			return giveUp(fmt.Errorf("receive %s: %w", r.path, bus.ErrClosed))
-		case <-r.b.done:
-			timer.Stop()
-			return giveUp(fmt.Errorf("receive %s: %w", r.path, bus.ErrClosed))
-		case <-r.w.ch:
-			timer.Stop()
+		case waitWoken:
 			woken = true
-		case <-timer.C:
 		}
+	}
+}
+
+type waitEnd int
+
+const (
+	waitElapsed waitEnd = iota
+	waitWoken
+	waitCancelled
+	waitClosed
+)
+
+// wait waits d (untilWoken: with no timer) for a wake-up of the path.
+func (r *receiver) wait(ctx context.Context, d time.Duration) waitEnd {
+	var elapsed <-chan time.Time
+	if d != untilWoken {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		elapsed = timer.C
+	}
+	select {
+	case <-ctx.Done():
+		return waitCancelled
+	case <-r.done:
+		return waitClosed
+	case <-r.b.done:
+		return waitClosed
+	case <-r.w.ch:
+		return waitWoken
+	case <-elapsed:
+		return waitElapsed
 	}
 }
 
@@ -161,8 +184,8 @@ func (c *claimedRow) received() *bus.Received {
 
 // claim runs one claim. It reports whether more messages were available than
 // it took, and how long to wait before the next claim if it took none: until
-// the earliest scheduled message or lock expiry of the path, at most the poll
-// interval.
+// the earliest scheduled message or lock expiry of the path, or untilWoken
+// when the path is empty.
 func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Received, more bool, wait time.Duration, err error) {
 	r.b.claims.Add(1)
 	rows, err := r.b.pool.Query(ctx, qClaim, r.path, r.owner, maxMessages, r.isDLQ, r.deadQueue)
@@ -189,11 +212,10 @@ func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Rece
 	if c.deadLettered > 0 {
 		r.b.announce([]string{r.deadQueue})
 	}
-	wait = r.b.cfg.PollInterval
+	wait = untilWoken
 	if c.nextInUS != nil {
 		// A millisecond late, so the row is due by the database's clock too.
-		next := max(time.Duration(*c.nextInUS)*time.Microsecond+time.Millisecond, minRetry)
-		wait = min(wait, next)
+		wait = max(time.Duration(*c.nextInUS)*time.Microsecond+time.Millisecond, minRetry)
 	}
 	return msgs, c.more, wait, nil
 }

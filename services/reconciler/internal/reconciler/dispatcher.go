@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,17 +216,10 @@ func (d *dispatcher) closeSenders() {
 	}
 }
 
-// listen forwards notifications on channel to every wake channel,
+// listen forwards notifications on channel to the wake channels named in
+// their payload (comma-separated keys of wakes; an empty payload wakes all),
 // reconnecting on failure.
-func listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *slog.Logger, wakes ...chan<- struct{}) {
-	poke := func() {
-		for _, wake := range wakes {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}
+func listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *slog.Logger, wakes map[string]chan<- struct{}) {
 	for ctx.Err() == nil {
 		err := func() error {
 			conn, err := pool.Acquire(ctx)
@@ -236,12 +231,13 @@ func listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *slog.L
 				return err
 			}
 			defer conn.Exec(context.Background(), "UNLISTEN "+channel) //nolint:errcheck
-			poke()                                                     // catch up on anything missed while not listening
+			poke(wakes, "")                                            // catch up on anything missed while not listening
 			for {
-				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+				n, err := conn.Conn().WaitForNotification(ctx)
+				if err != nil {
 					return err
 				}
-				poke()
+				poke(wakes, n.Payload)
 			}
 		}()
 		if ctx.Err() != nil {
@@ -251,6 +247,21 @@ func listen(ctx context.Context, pool *pgxpool.Pool, channel string, log *slog.L
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// poke wakes the channels of wakes named in payload (comma-separated keys);
+// an empty payload wakes them all.
+func poke(wakes map[string]chan<- struct{}, payload string) {
+	named := strings.Split(payload, ",")
+	for key, wake := range wakes {
+		if payload != "" && !slices.Contains(named, key) {
+			continue
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -151,7 +151,10 @@ func Run(ctx context.Context, cfg Config) error {
 	published, callbacks := make(chan struct{}, 1), make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){
-		func(ctx context.Context) { listen(ctx, pool, ledger.NotifyChannel, log, published, callbacks) },
+		func(ctx context.Context) {
+			listen(ctx, pool, ledger.NotifyChannel, log, map[string]chan<- struct{}{
+				ledger.NotifyPublish: published, ledger.NotifyCallbacks: callbacks})
+		},
 		func(ctx context.Context) { disp.run(ctx, published) },
 		func(ctx context.Context) { deliv.run(ctx, callbacks) },
 		func(ctx context.Context) { purgeLoop(ctx, store, cfg.PurgeInterval, cfg.OutboxRetention, log) },
