@@ -22,12 +22,23 @@ type OutboxClaim struct {
 // until the lease runs out, so a dispatcher that dies mid-publish only delays
 // its batch. Publishing twice is harmless: message ids are stable.
 func (s *Store) ClaimOutbox(ctx context.Context, c OutboxClaim) ([]OutboxMessage, error) {
-	kinds := c.Kinds
-	if kinds == nil {
-		kinds = []string{}
+	kinds, include := c.kinds()
+	return claimOutbox(ctx, s.pool, sqlClaimOutbox, c.Limit, c.Lease.Seconds(), kinds, include)
+}
+
+// kinds returns the claim's kinds and whether they are the ones to include
+// (otherwise the ones to leave).
+func (c OutboxClaim) kinds() ([]string, bool) {
+	if len(c.Kinds) == 0 {
+		return []string{}, false // none named, none left: all
 	}
-	include := !c.Exclude && len(kinds) > 0 // no kinds named, none excluded: all
-	rows, err := s.pool.Query(ctx, sqlClaimOutbox, c.Limit, c.Lease.Seconds(), kinds, include)
+	return c.Kinds, !c.Exclude
+}
+
+func claimOutbox(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) ([]OutboxMessage, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
@@ -36,6 +47,41 @@ func (s *Store) ClaimOutbox(ctx context.Context, c OutboxClaim) ([]OutboxMessage
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
 	return msgs, nil
+}
+
+// PublishOutbox publishes up to c.Limit unsent messages (c.Lease unused) in
+// one transaction: it locks them (other dispatchers skip them), hands them to
+// publish with the transaction, marks them sent as MarkSent does, and
+// commits. For a bus in the ledger's database publish writes with tx, so a
+// message is on the bus exactly when it is marked sent, in one commit
+// instead of a claim, a send and a mark. An error from publish rolls
+// everything back. It returns how many messages were published.
+func (s *Store) PublishOutbox(ctx context.Context, c OutboxClaim, publish func(ctx context.Context, tx pgx.Tx, msgs []OutboxMessage) error) (int, error) {
+	var n int
+	err := s.InTx(ctx, func(tx *Tx) error {
+		n = 0
+		kinds, include := c.kinds()
+		msgs, err := claimOutbox(ctx, tx.tx, sqlClaimOutboxSent, c.Limit, kinds, include)
+		if err != nil || len(msgs) == 0 {
+			return err
+		}
+		if err := publish(ctx, tx.tx, msgs); err != nil {
+			return err
+		}
+		marked := make([]sentRow, len(msgs))
+		for i, m := range msgs {
+			marked[i] = sentRow{kind: m.Kind, jobID: m.JobID, stepID: m.StepID, attemptNo: m.AttemptNo}
+		}
+		n = len(msgs)
+		return tx.published(ctx, marked)
+	})
+	return n, err
+}
+
+// sentRow is what marking a message sent implies a change for.
+type sentRow struct {
+	kind, jobID, stepID string
+	attemptNo           int
 }
 
 // MarkSent records that messages reached the bus, and moves what that implies:
@@ -54,47 +100,48 @@ func (s *Store) MarkSent(ctx context.Context, msgs []OutboxMessage) error {
 		if err != nil {
 			return fmt.Errorf("mark sent: %w", err)
 		}
-		type sent struct {
-			kind, jobID, stepID string
-			attemptNo           int
-		}
-		marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sent, error) {
-			var m sent
+		marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sentRow, error) {
+			var m sentRow
 			return m, row.Scan(&m.kind, &m.jobID, &m.stepID, &m.attemptNo)
 		})
 		if err != nil {
 			return fmt.Errorf("mark sent: %w", err)
 		}
-		var jobs, steps []string
-		var attempts []int32
-		for _, m := range marked {
-			switch m.kind {
-			case KindJobRequest:
-				tx.Append(Event{JobID: m.jobID, Type: EventJobQueued, FromStatus: string(JobReceived), ToStatus: string(JobQueued)})
-			case KindDirective:
-				jobs, steps, attempts = append(jobs, m.jobID), append(steps, m.stepID), append(attempts, int32(m.attemptNo))
-			}
-		}
-		if len(jobs) == 0 {
-			return nil
-		}
-		rows, err = tx.tx.Query(ctx, sqlStepsPublished, jobs, steps, attempts)
-		if err != nil {
-			return fmt.Errorf("steps published: %w", err)
-		}
-		moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sent, error) {
-			var m sent
-			return m, row.Scan(&m.jobID, &m.stepID, &m.attemptNo)
-		})
-		if err != nil {
-			return fmt.Errorf("steps published: %w", err)
-		}
-		for _, m := range moved {
-			tx.Append(Event{JobID: m.jobID, StepID: m.stepID, AttemptNo: m.attemptNo, Type: EventStepStatusChanged,
-				FromStatus: string(StepDispatching), ToStatus: string(StepAwaitingAck), Reason: "DIRECTIVE_PUBLISHED"})
-		}
-		return nil
+		return tx.published(ctx, marked)
 	})
+}
+
+// published records what publishing the marked messages implies (see MarkSent).
+func (t *Tx) published(ctx context.Context, marked []sentRow) error {
+	var jobs, steps []string
+	var attempts []int32
+	for _, m := range marked {
+		switch m.kind {
+		case KindJobRequest:
+			t.Append(Event{JobID: m.jobID, Type: EventJobQueued, FromStatus: string(JobReceived), ToStatus: string(JobQueued)})
+		case KindDirective:
+			jobs, steps, attempts = append(jobs, m.jobID), append(steps, m.stepID), append(attempts, int32(m.attemptNo))
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	rows, err := t.tx.Query(ctx, sqlStepsPublished, jobs, steps, attempts)
+	if err != nil {
+		return fmt.Errorf("steps published: %w", err)
+	}
+	moved, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sentRow, error) {
+		var m sentRow
+		return m, row.Scan(&m.jobID, &m.stepID, &m.attemptNo)
+	})
+	if err != nil {
+		return fmt.Errorf("steps published: %w", err)
+	}
+	for _, m := range moved {
+		t.Append(Event{JobID: m.jobID, StepID: m.stepID, AttemptNo: m.attemptNo, Type: EventStepStatusChanged,
+			FromStatus: string(StepDispatching), ToStatus: string(StepAwaitingAck), Reason: "DIRECTIVE_PUBLISHED"})
+	}
+	return nil
 }
 
 // ReleaseOutbox returns a message that could not be published, to be retried

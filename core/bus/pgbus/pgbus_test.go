@@ -427,6 +427,66 @@ func TestDrainedPathWaitsForASendBeforeClaiming(t *testing.T) {
 	}
 }
 
+// SendInTx writes with the caller's transaction: a rollback sends nothing,
+// a commit sends, and announce wakes a receiver waiting for a wake-up.
+func TestSendInTxSendsWithTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	b := newBus(t, pool, pgbus.Config{PollInterval: time.Minute})
+	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Pool() != pool {
+		t.Fatal("Pool is not the bus's pool")
+	}
+	r := mustReceiver(t, b, bus.QueueSource("q"))
+	inTx := func(id string, commit bool) func() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		announce, err := b.SendInTx(ctx, tx, "q", bus.Message{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return announce
+	}
+	inTx("rolled-back", false)()
+	done := make(chan []*bus.Received, 1)
+	go func() {
+		msgs, err := r.Receive(ctx, 10)
+		if err != nil {
+			t.Errorf("receive: %v", err)
+		}
+		done <- msgs
+	}()
+	for deadline := time.Now().Add(eventually); b.Claims() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the receiver never claimed")
+		}
+	}
+	inTx("committed", true)()
+	msgs := <-done
+	if len(msgs) != 1 || msgs[0].ID != "committed" {
+		t.Fatalf("received %v, want only the committed message", msgs)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := b.SendInTx(ctx, tx, "missing", bus.Message{ID: "x"}); !errors.Is(err, bus.ErrNotFound) {
+		t.Fatalf("send to a missing queue: %v, want ErrNotFound", err)
+	}
+}
+
 // Idle receivers wait for wake-ups, not on timers of their own: after each
 // has found its path empty once, nothing claims again, however many poll
 // intervals pass; the Bus's one poll statement per interval covers them all.

@@ -3,12 +3,14 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -26,7 +28,9 @@ type DispatcherConfig struct {
 	// BatchSize is the most rows claimed per round (default 200).
 	BatchSize int
 	// Lease hides claimed rows from other dispatchers while this one publishes
-	// (default 5s). A dispatcher that dies mid-publish delays its batch by this.
+	// to a bus outside the ledger's database (default 5s). A dispatcher that
+	// dies mid-publish delays its batch by this. The PostgreSQL bus on the
+	// ledger's pool is published to in the transaction that holds the rows.
 	Lease time.Duration
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
@@ -54,10 +58,12 @@ func (c *DispatcherConfig) defaults() {
 // dispatcher publishes outbox rows to the bus and marks them sent. Several may
 // run at once: claims skip each other's rows. Publishing twice (a crash between
 // publish and mark) is harmless: message ids are stable and the bus drops the
-// duplicate.
+// duplicate. A bus in the ledger's database (the PostgreSQL bus) is written in
+// the transaction that marks the rows sent: one commit, no duplicates.
 type dispatcher struct {
 	store *ledger.Store
 	bus   bus.Bus
+	inTx  txSender // bus, when it can send in a ledger transaction
 	pool  *pgxpool.Pool
 	cfg   DispatcherConfig
 	log   *slog.Logger
@@ -88,6 +94,9 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 	}
 	d := &dispatcher{store: store, bus: b, pool: pool, cfg: cfg, log: log, senders: map[string]bus.Sender{},
 		published: published, failures: failures, lag: lag}
+	if ts, ok := b.(txSender); ok && ts.Pool() == pool {
+		d.inTx = ts
+	}
 	_, err = meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."),
 		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
 			n, _, err := store.OutboxBacklog(ctx)
@@ -125,25 +134,78 @@ func (d *dispatcher) run(ctx context.Context, wake <-chan struct{}) {
 	}
 }
 
-// round claims one batch, publishes it grouped by destination, and marks what
-// was published. It returns the number of rows claimed.
+// txSender is a bus that can send in a transaction on its database (pgbus).
+type txSender interface {
+	SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...bus.Message) (announce func(), err error)
+	Pool() *pgxpool.Pool
+}
+
+// round publishes one batch and returns the number of rows it claimed.
 func (d *dispatcher) round(ctx context.Context) (int, error) {
-	msgs, err := d.store.ClaimOutbox(ctx, ledger.OutboxClaim{Limit: d.cfg.BatchSize, Lease: d.cfg.Lease,
-		Kinds: []string{ledger.KindCompletion}, Exclude: true}) // callbacks go over HTTP, see deliverer
+	claim := ledger.OutboxClaim{Limit: d.cfg.BatchSize, Lease: d.cfg.Lease,
+		Kinds: []string{ledger.KindCompletion}, Exclude: true} // callbacks go over HTTP, see deliverer
+	if d.inTx == nil {
+		return d.leasedRound(ctx, claim)
+	}
+	var announce []func()
+	var sent []ledger.OutboxMessage
+	n, err := d.store.PublishOutbox(ctx, claim, func(ctx context.Context, tx pgx.Tx, msgs []ledger.OutboxMessage) error {
+		announce, sent = nil, msgs
+		for dest, batch := range byDestination(msgs) {
+			a, err := d.send(ctx, dest, batch, func(ctx context.Context, m ...bus.Message) (func(), error) {
+				return d.inTx.SendInTx(ctx, tx, dest, m...)
+			})
+			if err != nil {
+				return err
+			}
+			announce = append(announce, a)
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		// Which destination failed, and how long to wait for it, is the
+		// leased round's work: it releases the rows it could not publish.
+		d.log.WarnContext(ctx, "publish in one transaction failed; publishing batch by batch", telemetry.Err(err))
+		return d.leasedRound(ctx, claim)
+	}
+	for _, a := range announce {
+		a()
+	}
+	d.count(ctx, sent)
+	return n, nil
+}
+
+// byDestination groups msgs by destination, keeping their order.
+func byDestination(msgs []ledger.OutboxMessage) iter.Seq2[string, []ledger.OutboxMessage] {
+	return func(yield func(string, []ledger.OutboxMessage) bool) {
+		byDest := map[string][]ledger.OutboxMessage{}
+		var order []string
+		for _, m := range msgs {
+			if _, ok := byDest[m.Destination]; !ok {
+				order = append(order, m.Destination)
+			}
+			byDest[m.Destination] = append(byDest[m.Destination], m)
+		}
+		for _, dest := range order {
+			if !yield(dest, byDest[dest]) {
+				return
+			}
+		}
+	}
+}
+
+// leasedRound claims one batch with a lease, publishes it grouped by
+// destination, and marks what was published.
+func (d *dispatcher) leasedRound(ctx context.Context, claim ledger.OutboxClaim) (int, error) {
+	msgs, err := d.store.ClaimOutbox(ctx, claim)
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
-	byDest := map[string][]ledger.OutboxMessage{}
-	var order []string
-	for _, m := range msgs {
-		if _, ok := byDest[m.Destination]; !ok {
-			order = append(order, m.Destination)
-		}
-		byDest[m.Destination] = append(byDest[m.Destination], m)
-	}
 	var sent []ledger.OutboxMessage
-	for _, dest := range order {
-		batch := byDest[dest]
+	for dest, batch := range byDestination(msgs) {
 		if err := d.publish(ctx, dest, batch); err != nil {
 			d.failures.Add(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("destination", dest)))
 			d.log.WarnContext(ctx, "publish failed; will retry", telemetry.KeyTopic, dest, "messages", len(batch), telemetry.Err(err))
@@ -161,19 +223,35 @@ func (d *dispatcher) round(ctx context.Context) (int, error) {
 		// again, which the bus drops as duplicates.
 		return len(msgs), fmt.Errorf("mark %d sent: %w", len(sent), err)
 	}
+	d.count(ctx, sent)
+	return len(msgs), nil
+}
+
+// count records published messages in the metrics.
+func (d *dispatcher) count(ctx context.Context, sent []ledger.OutboxMessage) {
 	now := time.Now()
 	for _, m := range sent {
 		d.published.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", m.Kind)))
 		d.lag.Record(ctx, now.Sub(m.CreatedAt).Seconds(), metric.WithAttributes(attribute.String("kind", m.Kind)))
 	}
-	return len(msgs), nil
 }
 
+// publish sends batch to dest with the destination's sender.
 func (d *dispatcher) publish(ctx context.Context, dest string, batch []ledger.OutboxMessage) error {
 	sender, err := d.sender(ctx, dest)
 	if err != nil {
 		return err
 	}
+	_, err = d.send(ctx, dest, batch, func(ctx context.Context, m ...bus.Message) (func(), error) {
+		return nil, sender.Send(ctx, m...)
+	})
+	return err
+}
+
+// send turns batch into bus messages and sends them with sendFn, in a span
+// linked to the trace each message carries.
+func (d *dispatcher) send(ctx context.Context, dest string, batch []ledger.OutboxMessage,
+	sendFn func(ctx context.Context, m ...bus.Message) (func(), error)) (func(), error) {
 	msgs := make([]bus.Message, len(batch))
 	for i, m := range batch {
 		msgs[i] = bus.Message{ID: m.MessageID, Body: m.Body, ContentType: m.ContentType, Properties: m.Properties,
@@ -191,7 +269,7 @@ func (d *dispatcher) publish(ctx context.Context, dest string, batch []ledger.Ou
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
 		trace.WithAttributes(attribute.String("messaging.destination.name", dest), attribute.Int("messaging.batch.message_count", len(msgs))))
 	defer span.End()
-	return sender.Send(ctx, msgs...)
+	return sendFn(ctx, msgs...)
 }
 
 func (d *dispatcher) sender(ctx context.Context, dest string) (bus.Sender, error) {
