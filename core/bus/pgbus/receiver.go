@@ -42,8 +42,8 @@ func (r *receiver) isClosed() bool {
 
 // Receive claims up to max messages. When there are none it waits for a
 // wake-up (a send's notification, the Bus's poll) or the time the next
-// message of the path becomes available. Claim errors are logged and retried until ctx ends; the last one is
-// returned joined to ctx's error.
+// message of the path becomes available. Claim errors are logged and retried
+// until ctx ends; the last one is returned joined to ctx's error.
 func (r *receiver) Receive(ctx context.Context, maxMessages int) ([]*bus.Received, error) {
 	if maxMessages < 1 {
 		return nil, fmt.Errorf("receive %s: max %d is less than 1", r.path, maxMessages)
