@@ -23,7 +23,7 @@ type OutboxClaim struct {
 // its batch. Publishing twice is harmless: message ids are stable.
 func (s *Store) ClaimOutbox(ctx context.Context, c OutboxClaim) ([]OutboxMessage, error) {
 	kinds, include := c.kinds()
-	return claimOutbox(ctx, s.pool, sqlClaimOutbox, c.Limit, c.Lease.Seconds(), kinds, include)
+	return claimOutbox(ctx, s.pool, sqlClaimOutbox, c.Limit, kinds, include, c.Lease.Seconds())
 }
 
 // kinds returns the claim's kinds and whether they are the ones to include

@@ -163,32 +163,28 @@ const (
 	FROM c WHERE j.job_id = c.job_id
 	RETURNING j.job_id, c.previous_owner, j.owner_epoch`
 
-	// sqlClaimOutbox leases the rows: for $2 seconds other claimers skip them.
-	// It takes the kinds in $3 (when $4) or all but them (when not $4).
-	sqlClaimOutbox = `WITH c AS (
-		SELECT id AS claimed FROM outbox
-		WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
-		  AND (kind = ANY($3)) = $4
-		ORDER BY available_at, id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED)
-	UPDATE outbox o SET available_at = now() + make_interval(secs => $2), attempts = o.attempts + 1
+	// sqlClaimOutbox leases the rows: for $4 seconds other claimers skip them.
+	sqlClaimOutbox = outboxClaimed + `
+	UPDATE outbox o SET available_at = now() + make_interval(secs => $4), attempts = o.attempts + 1
 	FROM c WHERE o.id = c.claimed
 	RETURNING ` + outboxColumns
 
 	// sqlClaimOutboxSent marks the rows sent in the claiming transaction,
-	// whose locks hide them from other claimers until it ends. Kinds: $2, $3
-	// as sqlClaimOutbox's $3, $4.
-	sqlClaimOutboxSent = `WITH c AS (
+	// whose locks hide them from other claimers until it ends.
+	sqlClaimOutboxSent = outboxClaimed + `
+	UPDATE outbox o SET sent_at = now(), last_error = '', attempts = o.attempts + 1
+	FROM c WHERE o.id = c.claimed
+	RETURNING ` + outboxColumns
+
+	// outboxClaimed locks up to $1 unsent rows, of the kinds in $2 (when $3)
+	// or all but them (when not $3).
+	outboxClaimed = `WITH c AS (
 		SELECT id AS claimed FROM outbox
 		WHERE sent_at IS NULL AND dead_at IS NULL AND available_at <= now()
 		  AND (kind = ANY($2)) = $3
 		ORDER BY available_at, id
 		LIMIT $1
-		FOR UPDATE SKIP LOCKED)
-	UPDATE outbox o SET sent_at = now(), last_error = '', attempts = o.attempts + 1
-	FROM c WHERE o.id = c.claimed
-	RETURNING ` + outboxColumns
+		FOR UPDATE SKIP LOCKED)`
 
 	// Buffered events and outbox messages, one array per column, inserted in
 	// the order they were buffered (event ids follow it).

@@ -427,6 +427,35 @@ func TestDrainedPathWaitsForASendBeforeClaiming(t *testing.T) {
 	}
 }
 
+// waitingReceive starts r.Receive(max) (for at most eventually) and returns
+// once it has claimed in vain and waits; its messages come on the channel.
+func waitingReceive(t *testing.T, b *pgbus.Bus, r bus.Receiver, max int) <-chan []*bus.Received {
+	t.Helper()
+	claims := b.Claims()
+	done := make(chan []*bus.Received, 1)
+	go func() {
+		wait, cancel := context.WithTimeout(t.Context(), eventually)
+		defer cancel()
+		msgs, err := r.Receive(wait, max)
+		if err != nil {
+			t.Errorf("receive: %v", err)
+		}
+		done <- msgs
+	}()
+	awaitClaims(t, b, claims+1)
+	return done
+}
+
+// awaitClaims waits until b has run n claims.
+func awaitClaims(t *testing.T, b *pgbus.Bus, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(eventually); b.Claims() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims after %v, want %d", b.Claims(), eventually, n)
+		}
+	}
+}
+
 // SendInTx writes with the caller's transaction: a rollback sends nothing,
 // a commit sends, and announce wakes a receiver waiting for a wake-up.
 func TestSendInTxSendsWithTheTransaction(t *testing.T) {
@@ -459,19 +488,7 @@ func TestSendInTxSendsWithTheTransaction(t *testing.T) {
 		return announce
 	}
 	inTx("rolled-back", false)()
-	done := make(chan []*bus.Received, 1)
-	go func() {
-		msgs, err := r.Receive(ctx, 10)
-		if err != nil {
-			t.Errorf("receive: %v", err)
-		}
-		done <- msgs
-	}()
-	for deadline := time.Now().Add(eventually); b.Claims() < 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the receiver never claimed")
-		}
-	}
+	done := waitingReceive(t, b, r, 10)
 	inTx("committed", true)()
 	msgs := <-done
 	if len(msgs) != 1 || msgs[0].ID != "committed" {
@@ -503,11 +520,7 @@ func TestIdleReceiversDoNotClaim(t *testing.T) {
 		}
 		blocked = append(blocked, blockedReceive(ctx, mustReceiver(t, b, bus.QueueSource(q))))
 	}
-	for deadline := time.Now().Add(eventually); b.Claims() < paths; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d first claims after %v, want %d", b.Claims(), eventually, paths)
-		}
-	}
+	awaitClaims(t, b, paths)
 	polls := b.Polls()
 	for deadline := time.Now().Add(eventually); b.Polls() < polls+10; time.Sleep(10 * time.Millisecond) { // ten poll intervals
 		if time.Now().After(deadline) {
@@ -536,22 +549,7 @@ func TestPollWakesReceiverWithoutNotification(t *testing.T) {
 	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := mustReceiver(t, b, bus.QueueSource("q"))
-	done := make(chan []*bus.Received, 1)
-	go func() {
-		wait, cancel := context.WithTimeout(ctx, eventually)
-		defer cancel()
-		msgs, err := r.Receive(wait, 1)
-		if err != nil {
-			t.Errorf("receive: %v", err)
-		}
-		done <- msgs
-	}()
-	for deadline := time.Now().Add(eventually); b.Claims() < 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the receiver never claimed")
-		}
-	}
+	done := waitingReceive(t, b, mustReceiver(t, b, bus.QueueSource("q")), 1)
 	_, err := pool.Exec(ctx, `INSERT INTO bus_messages (path, available_at, lock_token, delivery_count, enqueued_at, expires_at, message_id, body)
 		VALUES ('q', now() + interval '500 milliseconds', gen_random_uuid(), 1, now(), now() + interval '1 hour', 'orphan', '')`)
 	if err != nil {
