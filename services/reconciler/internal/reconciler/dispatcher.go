@@ -152,13 +152,16 @@ func (d *dispatcher) round(ctx context.Context) (int, error) {
 	n, err := d.store.PublishOutbox(ctx, claim, func(ctx context.Context, tx pgx.Tx, msgs []ledger.OutboxMessage) error {
 		announce, sent = nil, msgs
 		for dest, batch := range byDestination(msgs) {
-			a, err := d.send(ctx, dest, batch, func(ctx context.Context, m ...bus.Message) (func(), error) {
-				return d.inTx.SendInTx(ctx, tx, dest, m...)
+			err := d.send(ctx, dest, batch, func(ctx context.Context, m ...bus.Message) error {
+				a, err := d.inTx.SendInTx(ctx, tx, dest, m...)
+				if err == nil {
+					announce = append(announce, a)
+				}
+				return err
 			})
 			if err != nil {
 				return err
 			}
-			announce = append(announce, a)
 		}
 		return nil
 	})
@@ -242,16 +245,13 @@ func (d *dispatcher) publish(ctx context.Context, dest string, batch []ledger.Ou
 	if err != nil {
 		return err
 	}
-	_, err = d.send(ctx, dest, batch, func(ctx context.Context, m ...bus.Message) (func(), error) {
-		return nil, sender.Send(ctx, m...)
-	})
-	return err
+	return d.send(ctx, dest, batch, sender.Send)
 }
 
 // send turns batch into bus messages and sends them with sendFn, in a span
 // linked to the trace each message carries.
 func (d *dispatcher) send(ctx context.Context, dest string, batch []ledger.OutboxMessage,
-	sendFn func(ctx context.Context, m ...bus.Message) (func(), error)) (func(), error) {
+	sendFn func(ctx context.Context, m ...bus.Message) error) error {
 	msgs := make([]bus.Message, len(batch))
 	for i, m := range batch {
 		msgs[i] = bus.Message{ID: m.MessageID, Body: m.Body, ContentType: m.ContentType, Properties: m.Properties,
