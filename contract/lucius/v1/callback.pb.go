@@ -208,7 +208,12 @@ type AckRequest struct {
 	// When the worker picked the directive up.
 	AckTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
 	// Worker instance, for the audit trail.
-	WorkerId      string `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerId string `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The directive's callback_token: Lucius's signature over (job, step,
+	// attempt, lease, owner epoch, service), expiring with the lease. A callback
+	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
+	// recorded as a CALLBACK_REFUSED event of the job.
+	CallbackToken string `protobuf:"bytes,7,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +290,13 @@ func (x *AckRequest) GetWorkerId() string {
 	return ""
 }
 
+func (x *AckRequest) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
 // AckResponse reports what the Ack did.
 type AckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -353,10 +365,15 @@ type ResultRequest struct {
 	// What the attempt wrote.
 	Artifacts []*ArtifactRef `protobuf:"bytes,8,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// Small structured output, available to later steps.
-	Output        *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Output     *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	StartTime  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	WorkerId   string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The directive's callback_token: Lucius's signature over (job, step,
+	// attempt, lease, owner epoch, service), expiring with the lease. A callback
+	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
+	// recorded as a CALLBACK_REFUSED event of the job.
+	CallbackToken string `protobuf:"bytes,13,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +492,13 @@ func (x *ResultRequest) GetWorkerId() string {
 	return ""
 }
 
+func (x *ResultRequest) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
 // HeartbeatRequest keeps one attempt's lease alive.
 type HeartbeatRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -483,8 +507,13 @@ type HeartbeatRequest struct {
 	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
 	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Optional progress, recorded on the attempt (e.g. {"percent": 40}).
-	Progress      *structpb.Struct `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
-	WorkerId      string           `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Progress *structpb.Struct `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	WorkerId string           `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The directive's callback_token: Lucius's signature over (job, step,
+	// attempt, lease, owner epoch, service), expiring with the lease. A callback
+	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
+	// recorded as a CALLBACK_REFUSED event of the job.
+	CallbackToken string `protobuf:"bytes,7,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,14 +590,24 @@ func (x *HeartbeatRequest) GetWorkerId() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
 // HeartbeatResponse says whether the lease was extended, and until when.
 type HeartbeatResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Outcome         CallbackOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
 	StepStatus      StepStatus             `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
 	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A fresh callback token that expires with the extended lease: use it for
+	// the attempt's later callbacks.
+	CallbackToken string `protobuf:"bytes,4,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -620,6 +659,13 @@ func (x *HeartbeatResponse) GetLeaseExpireTime() *timestamppb.Timestamp {
 		return x.LeaseExpireTime
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
 }
 
 // ResultResponse reports what the Result did.
@@ -687,7 +733,7 @@ var File_lucius_v1_callback_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x92\x02\n" +
+	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc3\x02\n" +
 	"\n" +
 	"AckRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
@@ -697,11 +743,12 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"attempt_no\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\tattemptNo\x12#\n" +
 	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x12=\n" +
 	"\back_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\aackTime\x12%\n" +
-	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\"{\n" +
+	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
+	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\"{\n" +
 	"\vAckResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
-	"stepStatus\"\xfb\x05\n" +
+	"stepStatus\"\xac\x06\n" +
 	"\rResultRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
 	"\astep_id\x18\x02 \x01(\tB\n" +
@@ -720,8 +767,9 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12C\n" +
 	"\vfinish_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\n" +
 	"finishTime\x12%\n" +
-	"\tworker_id\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId:\x89\x01\xbaH\x85\x01\x1a\x82\x01\n" +
-	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\x8e\x02\n" +
+	"\tworker_id\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
+	"\x0ecallback_token\x18\r \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken:\x89\x01\xbaH\x85\x01\x1a\x82\x01\n" +
+	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\xbf\x02\n" +
 	"\x10HeartbeatRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
 	"\astep_id\x18\x02 \x01(\tB\n" +
@@ -730,12 +778,14 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"attempt_no\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\tattemptNo\x12#\n" +
 	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x123\n" +
 	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\x12%\n" +
-	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\"\xc9\x01\n" +
+	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
+	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\"\xf0\x01\n" +
 	"\x11HeartbeatResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
 	"stepStatus\x12F\n" +
-	"\x11lease_expire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\"\xb3\x01\n" +
+	"\x11lease_expire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12%\n" +
+	"\x0ecallback_token\x18\x04 \x01(\tR\rcallbackToken\"\xb3\x01\n" +
 	"\x0eResultResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +

@@ -81,7 +81,9 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 // Command is the request envelope, version 1. Fields are additive over time.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tenant that owns the work. Normalized (trimmed, lower-cased) for routing and ids.
+	// Tenant that owns the work: letters, digits, '.', '_' and '-', starting with
+	// a letter or digit. Normalized (trimmed, lower-cased) for routing and ids. A
+	// partner may submit only for a tenant its token holds.
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// Request type; names the workflow to run, for example OCR_EMBEDDING_SIS or
 	// raster_processing. The job runs the workflow's latest version at acceptance.
@@ -338,9 +340,9 @@ var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc7\x04\n" +
-	"\aCommand\x12*\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\r\xe0A\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12I\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xeb\x04\n" +
+	"\aCommand\x12N\n" +
+	"\ttenant_id\x18\x01 \x01(\tB1\xe0A\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12I\n" +
 	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12+\n" +
 	"\tinput_ref\x18\x04 \x01(\tB\x0e\xe0A\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\binputRef\x12-\n" +

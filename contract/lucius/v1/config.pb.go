@@ -274,7 +274,19 @@ type TenantConfig struct {
 	// Output only; see GlobalConfig.revision.
 	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Secrets that sign the tenant's completion webhooks (Standard Webhooks:
+	// "whsec_" and the base64 of 24 to 64 random bytes). Every listed secret signs
+	// each delivery, so a rotation keeps two active: add the new one, move the
+	// receiver to it, then drop the old one. Readable by operators only.
+	WebhookSecrets []string `protobuf:"bytes,8,rep,name=webhook_secrets,json=webhookSecrets,proto3" json:"webhook_secrets,omitempty"`
+	// Requests per second this tenant may send to the gateway (unset: no rate
+	// limit beyond admission). Over it, calls fail with RESOURCE_EXHAUSTED
+	// (HTTP 429, Retry-After) and change nothing.
+	RequestRate *RateLimit `protobuf:"bytes,9,opt,name=request_rate,json=requestRate,proto3" json:"request_rate,omitempty"`
+	// Per-key rates: the key is the value of an envelope field the operator names
+	// (e.g. doc_id), so one document cannot be resubmitted in a tight loop.
+	KeyRateLimits []*KeyRateLimit `protobuf:"bytes,10,rep,name=key_rate_limits,json=keyRateLimits,proto3" json:"key_rate_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +370,136 @@ func (x *TenantConfig) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TenantConfig) GetWebhookSecrets() []string {
+	if x != nil {
+		return x.WebhookSecrets
+	}
+	return nil
+}
+
+func (x *TenantConfig) GetRequestRate() *RateLimit {
+	if x != nil {
+		return x.RequestRate
+	}
+	return nil
+}
+
+func (x *TenantConfig) GetKeyRateLimits() []*KeyRateLimit {
+	if x != nil {
+		return x.KeyRateLimits
+	}
+	return nil
+}
+
+// RateLimit is a token bucket: rate tokens a second, up to burst at once.
+type RateLimit struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	RequestsPerSecond float64                `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// Bucket size (unset: max(1, requests_per_second)).
+	Burst         int32 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RateLimit) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetBurst() int32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// KeyRateLimit limits submits that share the value of one envelope field.
+type KeyRateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The envelope field: doc_id, correlation_id, idempotency_key, request_type,
+	// or payload.<name> for a top-level payload value.
+	Field         string     `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	Rate          *RateLimit `protobuf:"bytes,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyRateLimit) Reset() {
+	*x = KeyRateLimit{}
+	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRateLimit) ProtoMessage() {}
+
+func (x *KeyRateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRateLimit.ProtoReflect.Descriptor instead.
+func (*KeyRateLimit) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KeyRateLimit) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *KeyRateLimit) GetRate() *RateLimit {
+	if x != nil {
+		return x.Rate
+	}
+	return nil
+}
+
 // EffectiveConfig is what applies to a tenant after inheritance.
 type EffectiveConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -374,7 +516,7 @@ type EffectiveConfig struct {
 
 func (x *EffectiveConfig) Reset() {
 	*x = EffectiveConfig{}
-	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	mi := &file_lucius_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +528,7 @@ func (x *EffectiveConfig) String() string {
 func (*EffectiveConfig) ProtoMessage() {}
 
 func (x *EffectiveConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	mi := &file_lucius_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +541,7 @@ func (x *EffectiveConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveConfig.ProtoReflect.Descriptor instead.
 func (*EffectiveConfig) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EffectiveConfig) GetMode() Mode {
@@ -446,7 +588,7 @@ type GetGlobalConfigRequest struct {
 
 func (x *GetGlobalConfigRequest) Reset() {
 	*x = GetGlobalConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	mi := &file_lucius_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +600,7 @@ func (x *GetGlobalConfigRequest) String() string {
 func (*GetGlobalConfigRequest) ProtoMessage() {}
 
 func (x *GetGlobalConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	mi := &file_lucius_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +613,7 @@ func (x *GetGlobalConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGlobalConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetGlobalConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 // GetGlobalConfigResponse carries the globals.
@@ -484,7 +626,7 @@ type GetGlobalConfigResponse struct {
 
 func (x *GetGlobalConfigResponse) Reset() {
 	*x = GetGlobalConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	mi := &file_lucius_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +638,7 @@ func (x *GetGlobalConfigResponse) String() string {
 func (*GetGlobalConfigResponse) ProtoMessage() {}
 
 func (x *GetGlobalConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	mi := &file_lucius_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +651,7 @@ func (x *GetGlobalConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGlobalConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetGlobalConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetGlobalConfigResponse) GetConfig() *GlobalConfig {
@@ -529,7 +671,7 @@ type UpdateGlobalConfigRequest struct {
 
 func (x *UpdateGlobalConfigRequest) Reset() {
 	*x = UpdateGlobalConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[7]
+	mi := &file_lucius_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +683,7 @@ func (x *UpdateGlobalConfigRequest) String() string {
 func (*UpdateGlobalConfigRequest) ProtoMessage() {}
 
 func (x *UpdateGlobalConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[7]
+	mi := &file_lucius_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +696,7 @@ func (x *UpdateGlobalConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGlobalConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGlobalConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateGlobalConfigRequest) GetConfig() *GlobalConfig {
@@ -574,7 +716,7 @@ type UpdateGlobalConfigResponse struct {
 
 func (x *UpdateGlobalConfigResponse) Reset() {
 	*x = UpdateGlobalConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[8]
+	mi := &file_lucius_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +728,7 @@ func (x *UpdateGlobalConfigResponse) String() string {
 func (*UpdateGlobalConfigResponse) ProtoMessage() {}
 
 func (x *UpdateGlobalConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[8]
+	mi := &file_lucius_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +741,7 @@ func (x *UpdateGlobalConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGlobalConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateGlobalConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateGlobalConfigResponse) GetConfig() *GlobalConfig {
@@ -619,7 +761,7 @@ type GetTenantConfigRequest struct {
 
 func (x *GetTenantConfigRequest) Reset() {
 	*x = GetTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[9]
+	mi := &file_lucius_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +773,7 @@ func (x *GetTenantConfigRequest) String() string {
 func (*GetTenantConfigRequest) ProtoMessage() {}
 
 func (x *GetTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[9]
+	mi := &file_lucius_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +786,7 @@ func (x *GetTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTenantConfigRequest) GetTenantId() string {
@@ -665,7 +807,7 @@ type GetTenantConfigResponse struct {
 
 func (x *GetTenantConfigResponse) Reset() {
 	*x = GetTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[10]
+	mi := &file_lucius_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +819,7 @@ func (x *GetTenantConfigResponse) String() string {
 func (*GetTenantConfigResponse) ProtoMessage() {}
 
 func (x *GetTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[10]
+	mi := &file_lucius_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +832,7 @@ func (x *GetTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTenantConfigResponse) GetConfig() *TenantConfig {
@@ -718,7 +860,7 @@ type ListTenantConfigsRequest struct {
 
 func (x *ListTenantConfigsRequest) Reset() {
 	*x = ListTenantConfigsRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[11]
+	mi := &file_lucius_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +872,7 @@ func (x *ListTenantConfigsRequest) String() string {
 func (*ListTenantConfigsRequest) ProtoMessage() {}
 
 func (x *ListTenantConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[11]
+	mi := &file_lucius_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +885,7 @@ func (x *ListTenantConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantConfigsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTenantConfigsRequest) GetPageSize() int32 {
@@ -771,7 +913,7 @@ type ListTenantConfigsResponse struct {
 
 func (x *ListTenantConfigsResponse) Reset() {
 	*x = ListTenantConfigsResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[12]
+	mi := &file_lucius_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +925,7 @@ func (x *ListTenantConfigsResponse) String() string {
 func (*ListTenantConfigsResponse) ProtoMessage() {}
 
 func (x *ListTenantConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[12]
+	mi := &file_lucius_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +938,7 @@ func (x *ListTenantConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantConfigsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListTenantConfigsResponse) GetConfigs() []*TenantConfig {
@@ -823,7 +965,7 @@ type UpdateTenantConfigRequest struct {
 
 func (x *UpdateTenantConfigRequest) Reset() {
 	*x = UpdateTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[13]
+	mi := &file_lucius_v1_config_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +977,7 @@ func (x *UpdateTenantConfigRequest) String() string {
 func (*UpdateTenantConfigRequest) ProtoMessage() {}
 
 func (x *UpdateTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[13]
+	mi := &file_lucius_v1_config_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +990,7 @@ func (x *UpdateTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{13}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateTenantConfigRequest) GetConfig() *TenantConfig {
@@ -868,7 +1010,7 @@ type UpdateTenantConfigResponse struct {
 
 func (x *UpdateTenantConfigResponse) Reset() {
 	*x = UpdateTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[14]
+	mi := &file_lucius_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1022,7 @@ func (x *UpdateTenantConfigResponse) String() string {
 func (*UpdateTenantConfigResponse) ProtoMessage() {}
 
 func (x *UpdateTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[14]
+	mi := &file_lucius_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1035,7 @@ func (x *UpdateTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{14}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateTenantConfigResponse) GetConfig() *TenantConfig {
@@ -913,7 +1055,7 @@ type DeleteTenantConfigRequest struct {
 
 func (x *DeleteTenantConfigRequest) Reset() {
 	*x = DeleteTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[15]
+	mi := &file_lucius_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1067,7 @@ func (x *DeleteTenantConfigRequest) String() string {
 func (*DeleteTenantConfigRequest) ProtoMessage() {}
 
 func (x *DeleteTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[15]
+	mi := &file_lucius_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1080,7 @@ func (x *DeleteTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteTenantConfigRequest) GetTenantId() string {
@@ -957,7 +1099,7 @@ type DeleteTenantConfigResponse struct {
 
 func (x *DeleteTenantConfigResponse) Reset() {
 	*x = DeleteTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[16]
+	mi := &file_lucius_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1111,7 @@ func (x *DeleteTenantConfigResponse) String() string {
 func (*DeleteTenantConfigResponse) ProtoMessage() {}
 
 func (x *DeleteTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[16]
+	mi := &file_lucius_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1124,7 @@ func (x *DeleteTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 var File_lucius_v1_config_proto protoreflect.FileDescriptor
@@ -1010,10 +1152,9 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x05hosts\x18\x02 \x03(\tB=\xbaH:\x92\x017\x10d\x18\x01\"1r/2-^(\\*\\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$R\x05hosts\x12T\n" +
 	"\n" +
 	"containers\x18\x03 \x03(\tB4\xbaH1\x92\x01.\x10d\x18\x01\"(r&2$^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$R\n" +
-	"containers\"\x92\x03\n" +
-	"\fTenantConfig\x12'\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12-\n" +
+	"containers\"\x97\x05\n" +
+	"\fTenantConfig\x12K\n" +
+	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12-\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x124\n" +
 	"\x0fmax_active_jobs\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00H\x00R\rmaxActiveJobs\x88\x01\x01\x12I\n" +
 	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeB\x13\xbaH\x10\x92\x01\r\x10\x02\x18\x01\"\a\x82\x01\x04\x10\x01 \x00R\fallowedModes\x123\n" +
@@ -1021,8 +1162,18 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\x12#\n" +
 	"\brevision\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\brevision\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTimeB\x12\n" +
-	"\x10_max_active_jobs\"\xea\x01\n" +
+	"updateTime\x12[\n" +
+	"\x0fwebhook_secrets\x18\b \x03(\tB2\xbaH/\x92\x01,\x10\x02\x18\x01\"&r$2\"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$R\x0ewebhookSecrets\x127\n" +
+	"\frequest_rate\x18\t \x01(\v2\x14.lucius.v1.RateLimitR\vrequestRate\x12I\n" +
+	"\x0fkey_rate_limits\x18\n" +
+	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimitsB\x12\n" +
+	"\x10_max_active_jobs\"w\n" +
+	"\tRateLimit\x12G\n" +
+	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x80\x84.A!\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
+	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\"\xba\x01\n" +
+	"\fKeyRateLimit\x12x\n" +
+	"\x05field\x18\x01 \x01(\tBb\xbaH_r]2[^(doc_id|correlation_id|idempotency_key|request_type|payload\\.[A-Za-z_][A-Za-z0-9_]{0,63})$R\x05field\x120\n" +
+	"\x04rate\x18\x02 \x01(\v2\x14.lucius.v1.RateLimitB\x06\xbaH\x03\xc8\x01\x01R\x04rate\"\xea\x01\n" +
 	"\x0fEffectiveConfig\x12#\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeR\x04mode\x12\x1f\n" +
 	"\vmode_source\x18\x02 \x01(\tR\n" +
@@ -1037,10 +1188,9 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x19UpdateGlobalConfigRequest\x127\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
 	"\x1aUpdateGlobalConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"A\n" +
-	"\x16GetTenantConfigRequest\x12'\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\"\x84\x01\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"e\n" +
+	"\x16GetTenantConfigRequest\x12K\n" +
+	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x84\x01\n" +
 	"\x17GetTenantConfigResponse\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\x128\n" +
 	"\teffective\x18\x02 \x01(\v2\x1a.lucius.v1.EffectiveConfigR\teffective\"l\n" +
@@ -1055,10 +1205,9 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x19UpdateTenantConfigRequest\x127\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
 	"\x1aUpdateTenantConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"D\n" +
-	"\x19DeleteTenantConfigRequest\x12'\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\"\x1c\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"h\n" +
+	"\x19DeleteTenantConfigRequest\x12K\n" +
+	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x1c\n" +
 	"\x1aDeleteTenantConfigResponse2\xb1\x06\n" +
 	"\rConfigService\x12s\n" +
 	"\x0fGetGlobalConfig\x12!.lucius.v1.GetGlobalConfigRequest\x1a\".lucius.v1.GetGlobalConfigResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/config/global\x12\x84\x01\n" +
@@ -1080,65 +1229,70 @@ func file_lucius_v1_config_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_config_proto_rawDescData
 }
 
-var file_lucius_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_lucius_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_lucius_v1_config_proto_goTypes = []any{
 	(*GlobalConfig)(nil),               // 0: lucius.v1.GlobalConfig
 	(*AdmissionLimits)(nil),            // 1: lucius.v1.AdmissionLimits
 	(*RefPolicy)(nil),                  // 2: lucius.v1.RefPolicy
 	(*TenantConfig)(nil),               // 3: lucius.v1.TenantConfig
-	(*EffectiveConfig)(nil),            // 4: lucius.v1.EffectiveConfig
-	(*GetGlobalConfigRequest)(nil),     // 5: lucius.v1.GetGlobalConfigRequest
-	(*GetGlobalConfigResponse)(nil),    // 6: lucius.v1.GetGlobalConfigResponse
-	(*UpdateGlobalConfigRequest)(nil),  // 7: lucius.v1.UpdateGlobalConfigRequest
-	(*UpdateGlobalConfigResponse)(nil), // 8: lucius.v1.UpdateGlobalConfigResponse
-	(*GetTenantConfigRequest)(nil),     // 9: lucius.v1.GetTenantConfigRequest
-	(*GetTenantConfigResponse)(nil),    // 10: lucius.v1.GetTenantConfigResponse
-	(*ListTenantConfigsRequest)(nil),   // 11: lucius.v1.ListTenantConfigsRequest
-	(*ListTenantConfigsResponse)(nil),  // 12: lucius.v1.ListTenantConfigsResponse
-	(*UpdateTenantConfigRequest)(nil),  // 13: lucius.v1.UpdateTenantConfigRequest
-	(*UpdateTenantConfigResponse)(nil), // 14: lucius.v1.UpdateTenantConfigResponse
-	(*DeleteTenantConfigRequest)(nil),  // 15: lucius.v1.DeleteTenantConfigRequest
-	(*DeleteTenantConfigResponse)(nil), // 16: lucius.v1.DeleteTenantConfigResponse
-	(Mode)(0),                          // 17: lucius.v1.Mode
-	(*timestamppb.Timestamp)(nil),      // 18: google.protobuf.Timestamp
+	(*RateLimit)(nil),                  // 4: lucius.v1.RateLimit
+	(*KeyRateLimit)(nil),               // 5: lucius.v1.KeyRateLimit
+	(*EffectiveConfig)(nil),            // 6: lucius.v1.EffectiveConfig
+	(*GetGlobalConfigRequest)(nil),     // 7: lucius.v1.GetGlobalConfigRequest
+	(*GetGlobalConfigResponse)(nil),    // 8: lucius.v1.GetGlobalConfigResponse
+	(*UpdateGlobalConfigRequest)(nil),  // 9: lucius.v1.UpdateGlobalConfigRequest
+	(*UpdateGlobalConfigResponse)(nil), // 10: lucius.v1.UpdateGlobalConfigResponse
+	(*GetTenantConfigRequest)(nil),     // 11: lucius.v1.GetTenantConfigRequest
+	(*GetTenantConfigResponse)(nil),    // 12: lucius.v1.GetTenantConfigResponse
+	(*ListTenantConfigsRequest)(nil),   // 13: lucius.v1.ListTenantConfigsRequest
+	(*ListTenantConfigsResponse)(nil),  // 14: lucius.v1.ListTenantConfigsResponse
+	(*UpdateTenantConfigRequest)(nil),  // 15: lucius.v1.UpdateTenantConfigRequest
+	(*UpdateTenantConfigResponse)(nil), // 16: lucius.v1.UpdateTenantConfigResponse
+	(*DeleteTenantConfigRequest)(nil),  // 17: lucius.v1.DeleteTenantConfigRequest
+	(*DeleteTenantConfigResponse)(nil), // 18: lucius.v1.DeleteTenantConfigResponse
+	(Mode)(0),                          // 19: lucius.v1.Mode
+	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
 }
 var file_lucius_v1_config_proto_depIdxs = []int32{
-	17, // 0: lucius.v1.GlobalConfig.default_mode:type_name -> lucius.v1.Mode
+	19, // 0: lucius.v1.GlobalConfig.default_mode:type_name -> lucius.v1.Mode
 	1,  // 1: lucius.v1.GlobalConfig.limits:type_name -> lucius.v1.AdmissionLimits
 	2,  // 2: lucius.v1.GlobalConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	18, // 3: lucius.v1.GlobalConfig.update_time:type_name -> google.protobuf.Timestamp
-	17, // 4: lucius.v1.TenantConfig.mode:type_name -> lucius.v1.Mode
-	17, // 5: lucius.v1.TenantConfig.allowed_modes:type_name -> lucius.v1.Mode
+	20, // 3: lucius.v1.GlobalConfig.update_time:type_name -> google.protobuf.Timestamp
+	19, // 4: lucius.v1.TenantConfig.mode:type_name -> lucius.v1.Mode
+	19, // 5: lucius.v1.TenantConfig.allowed_modes:type_name -> lucius.v1.Mode
 	2,  // 6: lucius.v1.TenantConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	18, // 7: lucius.v1.TenantConfig.update_time:type_name -> google.protobuf.Timestamp
-	17, // 8: lucius.v1.EffectiveConfig.mode:type_name -> lucius.v1.Mode
-	17, // 9: lucius.v1.EffectiveConfig.allowed_modes:type_name -> lucius.v1.Mode
-	2,  // 10: lucius.v1.EffectiveConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	0,  // 11: lucius.v1.GetGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
-	0,  // 12: lucius.v1.UpdateGlobalConfigRequest.config:type_name -> lucius.v1.GlobalConfig
-	0,  // 13: lucius.v1.UpdateGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
-	3,  // 14: lucius.v1.GetTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
-	4,  // 15: lucius.v1.GetTenantConfigResponse.effective:type_name -> lucius.v1.EffectiveConfig
-	3,  // 16: lucius.v1.ListTenantConfigsResponse.configs:type_name -> lucius.v1.TenantConfig
-	3,  // 17: lucius.v1.UpdateTenantConfigRequest.config:type_name -> lucius.v1.TenantConfig
-	3,  // 18: lucius.v1.UpdateTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
-	5,  // 19: lucius.v1.ConfigService.GetGlobalConfig:input_type -> lucius.v1.GetGlobalConfigRequest
-	7,  // 20: lucius.v1.ConfigService.UpdateGlobalConfig:input_type -> lucius.v1.UpdateGlobalConfigRequest
-	9,  // 21: lucius.v1.ConfigService.GetTenantConfig:input_type -> lucius.v1.GetTenantConfigRequest
-	11, // 22: lucius.v1.ConfigService.ListTenantConfigs:input_type -> lucius.v1.ListTenantConfigsRequest
-	13, // 23: lucius.v1.ConfigService.UpdateTenantConfig:input_type -> lucius.v1.UpdateTenantConfigRequest
-	15, // 24: lucius.v1.ConfigService.DeleteTenantConfig:input_type -> lucius.v1.DeleteTenantConfigRequest
-	6,  // 25: lucius.v1.ConfigService.GetGlobalConfig:output_type -> lucius.v1.GetGlobalConfigResponse
-	8,  // 26: lucius.v1.ConfigService.UpdateGlobalConfig:output_type -> lucius.v1.UpdateGlobalConfigResponse
-	10, // 27: lucius.v1.ConfigService.GetTenantConfig:output_type -> lucius.v1.GetTenantConfigResponse
-	12, // 28: lucius.v1.ConfigService.ListTenantConfigs:output_type -> lucius.v1.ListTenantConfigsResponse
-	14, // 29: lucius.v1.ConfigService.UpdateTenantConfig:output_type -> lucius.v1.UpdateTenantConfigResponse
-	16, // 30: lucius.v1.ConfigService.DeleteTenantConfig:output_type -> lucius.v1.DeleteTenantConfigResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 7: lucius.v1.TenantConfig.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 8: lucius.v1.TenantConfig.request_rate:type_name -> lucius.v1.RateLimit
+	5,  // 9: lucius.v1.TenantConfig.key_rate_limits:type_name -> lucius.v1.KeyRateLimit
+	4,  // 10: lucius.v1.KeyRateLimit.rate:type_name -> lucius.v1.RateLimit
+	19, // 11: lucius.v1.EffectiveConfig.mode:type_name -> lucius.v1.Mode
+	19, // 12: lucius.v1.EffectiveConfig.allowed_modes:type_name -> lucius.v1.Mode
+	2,  // 13: lucius.v1.EffectiveConfig.ref_policy:type_name -> lucius.v1.RefPolicy
+	0,  // 14: lucius.v1.GetGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
+	0,  // 15: lucius.v1.UpdateGlobalConfigRequest.config:type_name -> lucius.v1.GlobalConfig
+	0,  // 16: lucius.v1.UpdateGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
+	3,  // 17: lucius.v1.GetTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
+	6,  // 18: lucius.v1.GetTenantConfigResponse.effective:type_name -> lucius.v1.EffectiveConfig
+	3,  // 19: lucius.v1.ListTenantConfigsResponse.configs:type_name -> lucius.v1.TenantConfig
+	3,  // 20: lucius.v1.UpdateTenantConfigRequest.config:type_name -> lucius.v1.TenantConfig
+	3,  // 21: lucius.v1.UpdateTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
+	7,  // 22: lucius.v1.ConfigService.GetGlobalConfig:input_type -> lucius.v1.GetGlobalConfigRequest
+	9,  // 23: lucius.v1.ConfigService.UpdateGlobalConfig:input_type -> lucius.v1.UpdateGlobalConfigRequest
+	11, // 24: lucius.v1.ConfigService.GetTenantConfig:input_type -> lucius.v1.GetTenantConfigRequest
+	13, // 25: lucius.v1.ConfigService.ListTenantConfigs:input_type -> lucius.v1.ListTenantConfigsRequest
+	15, // 26: lucius.v1.ConfigService.UpdateTenantConfig:input_type -> lucius.v1.UpdateTenantConfigRequest
+	17, // 27: lucius.v1.ConfigService.DeleteTenantConfig:input_type -> lucius.v1.DeleteTenantConfigRequest
+	8,  // 28: lucius.v1.ConfigService.GetGlobalConfig:output_type -> lucius.v1.GetGlobalConfigResponse
+	10, // 29: lucius.v1.ConfigService.UpdateGlobalConfig:output_type -> lucius.v1.UpdateGlobalConfigResponse
+	12, // 30: lucius.v1.ConfigService.GetTenantConfig:output_type -> lucius.v1.GetTenantConfigResponse
+	14, // 31: lucius.v1.ConfigService.ListTenantConfigs:output_type -> lucius.v1.ListTenantConfigsResponse
+	16, // 32: lucius.v1.ConfigService.UpdateTenantConfig:output_type -> lucius.v1.UpdateTenantConfigResponse
+	18, // 33: lucius.v1.ConfigService.DeleteTenantConfig:output_type -> lucius.v1.DeleteTenantConfigResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_config_proto_init() }
@@ -1154,7 +1308,7 @@ func file_lucius_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_config_proto_rawDesc), len(file_lucius_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

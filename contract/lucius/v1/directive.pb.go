@@ -68,7 +68,10 @@ type Directive struct {
 	WorkflowVersion int32                  `protobuf:"varint,23,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
 	// Once acknowledged, the attempt must finish (or Heartbeat) within this time,
 	// or its lease expires and the step is retried.
-	LeaseTimeout  *durationpb.Duration `protobuf:"bytes,24,opt,name=lease_timeout,json=leaseTimeout,proto3" json:"lease_timeout,omitempty"`
+	LeaseTimeout *durationpb.Duration `protobuf:"bytes,24,opt,name=lease_timeout,json=leaseTimeout,proto3" json:"lease_timeout,omitempty"`
+	// Send it with every callback of this attempt (Ack, Result, Heartbeat): it
+	// proves the callback answers this directive. A secret: never log it.
+	CallbackToken string `protobuf:"bytes,25,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +274,13 @@ func (x *Directive) GetLeaseTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Directive) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
 // CallbackEndpoints tells a worker where its callbacks go.
 type CallbackEndpoints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -420,7 +430,7 @@ var File_lucius_v1_directive_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
-	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xc3\a\n" +
+	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xea\a\n" +
 	"\tDirective\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -453,7 +463,8 @@ const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
 	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12)\n" +
 	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\x12>\n" +
-	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\"l\n" +
+	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x12%\n" +
+	"\x0ecallback_token\x18\x19 \x01(\tR\rcallbackToken\"l\n" +
 	"\x11CallbackEndpoints\x12\x17\n" +
 	"\aack_url\x18\x01 \x01(\tR\x06ackUrl\x12\x1d\n" +
 	"\n" +
