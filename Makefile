@@ -86,6 +86,7 @@ build: ## build the service binaries and dev tools into .build/bin
 	@mkdir -p $(BIN)
 	@for s in $(SERVICES); do $(GO) build -o $(BIN)/$$s ./services/$$s/cmd/$$s; done
 	$(GO) build -o $(BIN)/worker ./services/worker-skeleton/cmd/worker
+	$(GO) build -o $(BIN)/lucius ./tools/cmd/lucius
 	$(GO) build -o $(BIN)/lucius-up ./tools/cmd/lucius-up
 	$(GO) build -o $(BIN)/lucius-bench ./tools/cmd/lucius-bench
 	$(GO) build -o $(BIN)/lucius-members ./tools/cmd/lucius-members

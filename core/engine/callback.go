@@ -266,6 +266,8 @@ type HeartbeatResult struct {
 	Outcome        Outcome
 	StepStatus     ledger.StepStatus
 	LeaseExpiresAt time.Time
+	// CallbackToken replaces the attempt's token: it expires with the new lease.
+	CallbackToken string
 }
 
 // Heartbeat extends the lease of the current attempt by the node's timeout
@@ -308,8 +310,12 @@ func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) 
 		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
 			return err
 		}
+		token, err := e.callbackToken(job, step, attempt.AttemptNo, attempt.LeaseID, now, attempt.LeaseExpiresAt)
+		if err != nil {
+			return err
+		}
 		out = HeartbeatResult{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: step.Status,
-			LeaseExpiresAt: attempt.LeaseExpiresAt}
+			LeaseExpiresAt: attempt.LeaseExpiresAt, CallbackToken: token}
 		return tx.UpdateJob(ctx, job)
 	})
 	return out, err

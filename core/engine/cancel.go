@@ -33,7 +33,7 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		job, err := tx.LockJob(ctx, jobID)
 		if errors.Is(err, ledger.ErrNotFound) {
 			tx.Append(ledger.Event{JobID: jobID, Type: ledger.EventCancelRequested, Reason: reason,
-				Data: map[string]any{"before_claim": true}})
+				Data: map[string]any{"before_claim": true, "principal": principal(ctx)}})
 			return tx.MarkRequestCancelled(ctx, jobID, reason)
 		}
 		if err != nil {
@@ -42,7 +42,8 @@ func Cancel(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		if job.Status.Terminal() || job.Status == ledger.JobCancelling {
 			return nil
 		}
-		tx.Append(ledger.Event{JobID: jobID, Type: ledger.EventCancelRequested, Reason: reason})
+		tx.Append(ledger.Event{JobID: jobID, Type: ledger.EventCancelRequested, Reason: reason,
+			Data: map[string]any{"principal": principal(ctx)}})
 		job.CancelRequestedAt, job.Reason = now, reason
 		steps, err := tx.NodeSteps(ctx, jobID)
 		if err != nil {

@@ -148,8 +148,16 @@ func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.At
 		IssueTime:         timestamppb.New(r.now),
 		WorkflowVersion:   int32(job.WorkflowVersion),
 	}
+	leaseEnd := r.now.Add(s.AckTimeout)
+	if deliverAt.After(r.now) {
+		leaseEnd = deliverAt.Add(s.AckTimeout)
+	}
 	if node.Task != nil {
 		d.LeaseTimeout = durationpb.New(node.Task.Timeout)
+		leaseEnd = leaseEnd.Add(node.Task.Timeout)
+	}
+	if d.CallbackToken, err = r.e.callbackToken(job, s, a.AttemptNo, a.LeaseID, r.now, leaseEnd); err != nil {
+		return ledger.OutboxMessage{}, fmt.Errorf("directive %s/%s: callback token: %w", job.JobID, s.StepID, err)
 	}
 	body, err := protojson.Marshal(d)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -36,6 +37,14 @@ type Config struct {
 	Definitions Definitions
 	// Callbacks is where workers send ACK and RESULT, copied into every directive.
 	Callbacks Callbacks
+	// CallbackKeys sign each directive's callback token, which binds the
+	// worker's callbacks to that attempt. Required; every process that
+	// dispatches or serves callbacks shares the keys.
+	CallbackKeys *auth.CallbackKeys
+	// CallbackTokenGrace is how long a callback token outlives the attempt's
+	// lease (default 5m), so a worker whose lease just lapsed still reaches
+	// the stale-callback path instead of a refusal.
+	CallbackTokenGrace time.Duration
 	// WorkspaceRoot is the URL under which job workspaces live, e.g.
 	// file:///var/lucius/workspace. Required.
 	WorkspaceRoot string
@@ -73,6 +82,9 @@ func (c Config) Validate() error {
 	if c.Callbacks.GRPCTarget == "" && c.Callbacks.RESTBaseURL == "" {
 		errs = append(errs, errors.New("engine: Callbacks needs a gRPC target or a REST base URL"))
 	}
+	if c.CallbackKeys == nil {
+		errs = append(errs, errors.New("engine: CallbackKeys is required"))
+	}
 	if c.OutputLimit < 0 {
 		errs = append(errs, errors.New("engine: OutputLimit must not be negative"))
 	}
@@ -93,6 +105,9 @@ func New(store *ledger.Store, cfg Config) (*Engine, error) {
 	}
 	if cfg.OutputLimit == 0 {
 		cfg.OutputLimit = DefaultOutputLimit
+	}
+	if cfg.CallbackTokenGrace == 0 {
+		cfg.CallbackTokenGrace = 5 * time.Minute
 	}
 	if cfg.DefaultSLA == 0 {
 		cfg.DefaultSLA = 24 * time.Hour
@@ -117,6 +132,22 @@ var (
 	// ErrUnknownWorkflow: the job's workflow version cannot be found.
 	ErrUnknownWorkflow = errors.New("unknown workflow")
 )
+
+// callbackToken signs the token of an attempt whose lease (or wait for an
+// ACK) ends at leaseEnd.
+func (e *Engine) callbackToken(job *ledger.Job, step *ledger.Step, attemptNo int, leaseID string, now, leaseEnd time.Time) (string, error) {
+	return e.cfg.CallbackKeys.Sign(auth.Attempt{JobID: job.JobID, StepID: step.StepID, AttemptNo: attemptNo,
+		LeaseID: leaseID, OwnerEpoch: job.OwnerEpoch, Service: step.Service}, now, leaseEnd.Add(e.cfg.CallbackTokenGrace))
+}
+
+// principal names who asked for a change (cancel, replay) in its event:
+// the authenticated caller, or "lucius" for Lucius's own repairs.
+func principal(ctx context.Context) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.String()
+	}
+	return "lucius"
+}
 
 // setJobStatus moves the job and records the transition.
 func setJobStatus(tx *ledger.Tx, j *ledger.Job, to ledger.JobStatus, reason string, now time.Time) {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"github.com/lucius-platform/lucius/core/auth"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	clk := &clock{}
-	eng, err := engine.New(store, engine.Config{
+	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys,
 		Definitions:   reg,
 		Callbacks:     engine.Callbacks{GRPCTarget: "dns:///orchestrator:9091", RESTBaseURL: "http://orchestrator:8081"},
 		WorkspaceRoot: "file:///tmp/ws",
@@ -659,3 +660,12 @@ func TestMissingWorkflowVersionFailsTheJobWithAReason(t *testing.T) {
 		t.Fatalf("job %+v", j)
 	}
 }
+
+// testCallbackKeys sign the callback tokens of the tests' directives.
+var testCallbackKeys = func() *auth.CallbackKeys {
+	k, err := auth.GenerateCallbackKeys()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()

@@ -109,3 +109,11 @@ func (r *Reader) List(key string, def []string) []string {
 
 // Err reports every problem met so far.
 func (r *Reader) Err() error { return errors.Join(r.errs...) }
+
+// Fail records a problem found while interpreting settings (a parsed value
+// that is invalid), reported by Err with the rest.
+func (r *Reader) Fail(err error) {
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+}

@@ -14,11 +14,14 @@ type DeadLetterFilter struct {
 	Kind, JobID string
 	BeforeID    int64 // page: ids below this (0: from the newest)
 	Limit       int
+	// Tenants scopes the listing to dead letters of these tenants' jobs:
+	// nil lists all, an empty slice none.
+	Tenants []string
 }
 
 // ListDeadLetters returns dead letters newest first.
 func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
-	rows, err := s.pool.Query(ctx, sqlListDeadLetters, f.Kind, f.JobID, f.BeforeID, f.Limit)
+	rows, err := s.pool.Query(ctx, sqlListDeadLetters, f.Kind, f.JobID, f.BeforeID, f.Limit, f.Tenants)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}

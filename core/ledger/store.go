@@ -81,7 +81,10 @@ func (s *Store) GetJob(ctx context.Context, jobID string) (*Job, error) {
 
 // JobFilter selects jobs for ListJobs.
 type JobFilter struct {
-	TenantID string      // normalized; empty for all tenants
+	TenantID string // normalized; empty for all tenants
+	// Tenants scopes the listing to the caller's tenants: nil lists every
+	// tenant, an empty slice none.
+	Tenants  []string
 	Statuses []JobStatus // empty for all
 	Limit    int
 	// After continues a listing after the job with this creation time and id.
@@ -95,7 +98,7 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*Job, error) {
 	for i, st := range f.Statuses {
 		statuses[i] = string(st)
 	}
-	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit)
+	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit, f.Tenants)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

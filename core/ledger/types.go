@@ -84,6 +84,7 @@ const (
 	EventOutboxStale       = "OUTBOX_STALE"
 	EventBusDeadLetter     = "BUS_DEAD_LETTER"
 	EventRequestRequeued   = "JOB_REQUEST_REQUEUED"
+	EventCallbackRefused   = "CALLBACK_REFUSED"
 )
 
 // Outbox message kinds.

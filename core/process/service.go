@@ -7,7 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/server"
 )
 
 // Service holds the settings every Lucius service has; service configs embed it.
@@ -21,19 +25,45 @@ type Service struct {
 	Ops http.Handler
 	// ShutdownGrace bounds a graceful stop (default 10s).
 	ShutdownGrace time.Duration
+	// Auth says whom the service trusts; every call but the health checks
+	// must authenticate (package auth).
+	Auth auth.Config
+	// TLS serves gRPC over TLS, and mTLS with a client CA.
+	TLS server.TLSFiles
 }
 
 // ReadService reads the common settings of service name (e.g. "gateway"):
-// DATABASE_URL, LUCIUS_<NAME>_GRPC_ADDR, LUCIUS_<NAME>_HTTP_ADDR and
-// LUCIUS_DB_MAX_CONNS, with the given defaults.
+// DATABASE_URL, LUCIUS_<NAME>_GRPC_ADDR, LUCIUS_<NAME>_HTTP_ADDR,
+// LUCIUS_DB_MAX_CONNS, the trust settings (auth.ReadConfig) and
+// LUCIUS_TLS_CERT_FILE, LUCIUS_TLS_KEY_FILE and LUCIUS_TLS_CLIENT_CA_FILE,
+// with the given defaults.
 func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) Service {
 	prefix := "LUCIUS_" + strings.ToUpper(name) + "_"
+	authCfg, err := auth.ReadConfig(e)
+	e.Fail(err)
 	return Service{
 		DatabaseURL: e.Required("DATABASE_URL"),
 		GRPCAddr:    e.String(prefix+"GRPC_ADDR", grpcAddr),
 		HTTPAddr:    e.String(prefix+"HTTP_ADDR", httpAddr),
 		MaxDBConns:  int32(e.Int("LUCIUS_DB_MAX_CONNS", maxConns)),
+		Auth:        authCfg,
+		TLS: server.TLSFiles{CertFile: e.String("LUCIUS_TLS_CERT_FILE", ""), KeyFile: e.String("LUCIUS_TLS_KEY_FILE", ""),
+			ClientCAFile: e.String("LUCIUS_TLS_CLIENT_CA_FILE", "")},
 	}
+}
+
+// Endpoint opens the service's guarded gRPC and HTTP endpoint.
+func (s Service) Endpoint(restOpts ...runtime.ServeMuxOption) (*server.Endpoint, error) {
+	authn, err := auth.NewAuthenticator(s.Auth)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := s.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
+	return server.NewEndpoint(server.EndpointConfig{GRPCAddr: s.GRPCAddr, HTTPAddr: s.HTTPAddr, Logger: s.Logger,
+		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg}, restOpts...)
 }
 
 // Defaults fills unset addresses and pool size with the service's own

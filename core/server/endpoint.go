@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -23,25 +25,45 @@ type Endpoint struct {
 	REST   *runtime.ServeMux
 	conn   *grpc.ClientConn
 	health *health.Server
+	guard  Guard
 	grpcL  net.Listener
 	httpL  net.Listener
 }
 
+// EndpointConfig says where an endpoint listens and who may call it.
+type EndpointConfig struct {
+	GRPCAddr, HTTPAddr string
+	Logger             *slog.Logger
+	// Guard authenticates and authorizes every call. Required.
+	Guard Guard
+	// TLS, when set, serves gRPC over TLS; with ClientCAs set, callers may
+	// authenticate with client certificates (mTLS). See TLSFiles.
+	TLS *tls.Config
+}
+
 // NewEndpoint opens both listeners and builds the servers.
-func NewEndpoint(grpcAddr, httpAddr string, log *slog.Logger, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
-	srv, hs, err := NewGRPC(log)
+func NewEndpoint(cfg EndpointConfig, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	srv, hs, err := NewGRPC(cfg.Logger, cfg.Guard, opts...)
 	if err != nil {
 		return nil, err
 	}
-	e := &Endpoint{GRPC: srv, health: hs, REST: NewRESTMux(restOpts...)}
-	if e.grpcL, err = Listen(grpcAddr); err != nil {
+	e := &Endpoint{GRPC: srv, health: hs, guard: cfg.Guard, REST: NewRESTMux(restOpts...)}
+	if e.grpcL, err = Listen(cfg.GRPCAddr); err != nil {
 		return nil, err
 	}
-	if e.httpL, err = Listen(httpAddr); err != nil {
+	if e.httpL, err = Listen(cfg.HTTPAddr); err != nil {
 		e.grpcL.Close()
 		return nil, err
 	}
-	if e.conn, err = Dial(e.grpcL.Addr().String()); err != nil {
+	var selfOpts []grpc.DialOption
+	if cfg.TLS != nil {
+		selfOpts = append(selfOpts, grpc.WithTransportCredentials(credentials.NewTLS(selfTLS(cfg.TLS))))
+	}
+	if e.conn, err = Dial(e.grpcL.Addr().String(), selfOpts...); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -62,6 +84,9 @@ func (e *Endpoint) HTTPAddr() string { return e.httpL.Addr().String() }
 func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Handler, ready ReadyFunc) error {
 	defer e.conn.Close()
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if ops != nil {
+		ops = e.guard.HTTP(ops)
+	}
 	httpServer := NewHTTPServer(NewHTTPMux(e.REST, ops, ready))
 	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -62,8 +63,16 @@ func NewRESTMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
 }
 
 // retryAfterErrors writes grpc-gateway's error answer, with Retry-After
-// (whole seconds, at least 1) when the status says when to retry.
+// (whole seconds, at least 1) when the status says when to retry, and with
+// WWW-Authenticate on 401.
 func retryAfterErrors(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if status.Code(err) == codes.Unauthenticated {
+		challenge := `Bearer realm="lucius"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
+	}
 	if st, ok := status.FromError(err); ok {
 		for _, d := range st.Details() {
 			if ri, ok := d.(*errdetails.RetryInfo); ok {

@@ -29,9 +29,22 @@ import (
 // MaxRecvMsgSize bounds a request's size (gRPC's default is 4 MiB).
 const MaxRecvMsgSize = 16 << 20
 
+// Guard authenticates and authorizes calls (package auth implements it):
+// every server has one, so no route is served unguarded.
+type Guard interface {
+	UnaryServerInterceptor() grpc.UnaryServerInterceptor
+	StreamServerInterceptor() grpc.StreamServerInterceptor
+	// HTTP guards the operations endpoints (/metrics, /debug/pprof/).
+	HTTP(h http.Handler) http.Handler
+}
+
 // NewGRPC returns a gRPC server with Lucius's interceptors, the health service
-// (serving once the caller marks it) and reflection.
-func NewGRPC(log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server, error) {
+// (serving once the caller marks it) and reflection. The guard runs before
+// validation, so an unauthenticated caller learns nothing of the request's rules.
+func NewGRPC(log *slog.Logger, guard Guard, opts ...grpc.ServerOption) (*grpc.Server, *health.Server, error) {
+	if guard == nil {
+		return nil, nil, errors.New("server: a guard is required")
+	}
 	validator, err := protovalidate.New()
 	if err != nil {
 		return nil, nil, fmt.Errorf("protovalidate: %w", err)
@@ -40,7 +53,8 @@ func NewGRPC(log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health
 		// Room for large member loads (50,000 members are about 6 MB).
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), validateUnary(validator)),
+		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), guard.UnaryServerInterceptor(), validateUnary(validator)),
+		grpc.ChainStreamInterceptor(guard.StreamServerInterceptor()),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
 	hs := health.NewServer()

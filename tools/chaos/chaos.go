@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/tools/stack"
@@ -220,7 +221,12 @@ func startSuite(ctx context.Context, cfg Config) (*suite, error) {
 		su.close()
 		return nil, err
 	}
-	if su.conn, err = server.Dial(s.Endpoints.GatewayGRPC); err != nil {
+	token, err := s.OperatorToken()
+	if err != nil {
+		su.close()
+		return nil, err
+	}
+	if su.conn, err = server.Dial(s.Endpoints.GatewayGRPC, grpc.WithPerRPCCredentials(auth.BearerToken(token))); err != nil {
 		su.close()
 		return nil, err
 	}

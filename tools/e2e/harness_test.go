@@ -18,8 +18,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/tools/stack"
@@ -104,6 +106,8 @@ type suite struct {
 	httpc  *http.Client
 	logs   *stack.LogBuffer
 	inputs string
+	// operator is the token of the suite's own clients (conn, rest).
+	operator string
 }
 
 type suiteOptions struct {
@@ -154,7 +158,10 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 		t.Fatal(err)
 	}
 	t.Cleanup(su.pool.Close)
-	if su.conn, err = server.Dial(s.Endpoints.GatewayGRPC); err != nil {
+	if su.operator, err = s.OperatorToken(); err != nil {
+		t.Fatal(err)
+	}
+	if su.conn, err = server.Dial(s.Endpoints.GatewayGRPC, grpc.WithPerRPCCredentials(auth.BearerToken(su.operator))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { su.conn.Close() })
@@ -199,8 +206,15 @@ func terminal(s luciusv1.JobStatus) bool {
 		s == luciusv1.JobStatus_JOB_STATUS_CANCELLED
 }
 
-// rest calls the gateway's REST API and decodes the JSON answer.
+// rest calls the gateway's REST API as an operator and decodes the JSON answer.
 func (s *suite) rest(method, path string, body any) (int, map[string]any) {
+	s.t.Helper()
+	code, _, out := s.restAs(s.operator, method, path, body)
+	return code, out
+}
+
+// restAs calls the gateway's REST API with token (none when empty).
+func (s *suite) restAs(token, method, path string, body any) (int, http.Header, map[string]any) {
 	s.t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -209,6 +223,9 @@ func (s *suite) rest(method, path string, body any) (int, map[string]any) {
 	}
 	req, _ := http.NewRequest(method, "http://"+s.Endpoints.GatewayHTTP+path, r)
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := s.httpc.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
@@ -216,7 +233,58 @@ func (s *suite) rest(method, path string, body any) (int, map[string]any) {
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return resp.StatusCode, resp.Header, out
+}
+
+// token mints a token from the suite's issuer.
+func (s *suite) token(g auth.Grant) string {
+	s.t.Helper()
+	tok, err := s.Token(g)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
+}
+
+// partner is a partner token of tenants.
+func (s *suite) partner(tenants ...string) string {
+	return s.token(auth.Grant{Subject: "e2e-partner", Roles: []auth.Role{auth.RolePartner}, Tenants: tenants})
+}
+
+// callbacks is a CallbackService client of orchestrator i calling as a
+// worker of services.
+func (s *suite) callbacks(i int, services ...string) luciusv1.CallbackServiceClient {
+	s.t.Helper()
+	tok := s.token(auth.Grant{Subject: "e2e-worker", Roles: []auth.Role{auth.RoleWorker}, Services: services})
+	conn, err := server.Dial(s.Endpoints.Orchestrator[i], grpc.WithPerRPCCredentials(auth.BearerToken(tok)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { conn.Close() })
+	return luciusv1.NewCallbackServiceClient(conn)
+}
+
+// callbackToken reads the callback token of an attempt's directive from the
+// outbox, as the worker receiving it would.
+func (s *suite) callbackToken(jobID, stepID string, attempt int32) string {
+	s.t.Helper()
+	var body []byte
+	if err := s.pool.QueryRow(s.ctx, `SELECT body FROM outbox WHERE message_id = $1`,
+		fmt.Sprintf("directive/%s/%s/%d", jobID, stepID, attempt)).Scan(&body); err != nil {
+		s.t.Fatalf("directive of %s/%s#%d: %v", jobID, stepID, attempt, err)
+	}
+	d := &luciusv1.Directive{}
+	if err := protojson.Unmarshal(body, d); err != nil || d.GetCallbackToken() == "" {
+		s.t.Fatalf("directive of %s/%s#%d has no callback token (%v)", jobID, stepID, attempt, err)
+	}
+	return d.GetCallbackToken()
+}
+
+// metrics scrapes a process's /metrics as an operator.
+func (s *suite) metrics(addr string) (*http.Response, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.operator)
+	return s.httpc.Do(req)
 }
 
 func (s *suite) count(query string, args ...any) int {

@@ -15,7 +15,6 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
-	"github.com/lucius-platform/lucius/core/server"
 )
 
 // A paused orchestrator (SIGSTOP: a long GC pause, a frozen VM) loses its jobs
@@ -103,7 +102,7 @@ func (s *suite) assertEffectsOnce(ids []string) {
 
 func (s *suite) scrape(addr string) string {
 	s.t.Helper()
-	resp, err := s.httpc.Get("http://" + addr + "/metrics")
+	resp, err := s.metrics(addr)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -152,26 +151,24 @@ func TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed(t *testing.T) {
 	if step.GetAttemptNo() != 3 {
 		t.Fatalf("the replayed step runs attempt %d, want 3 (after the original's 2)", step.GetAttemptNo())
 	}
-	conn, err := server.Dial(s.Endpoints.Orchestrator[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	cb := luciusv1.NewCallbackServiceClient(conn)
+	cb := s.callbacks(0, "manual")
 	lease := step.GetAttempts()[len(step.GetAttempts())-1].GetLeaseId()
 	jobID, stepID, attempt, leaseID := replayID, "manual", step.GetAttemptNo(), lease
+	token := s.callbackToken(jobID, stepID, attempt)
 	if r, err := cb.Ack(s.ctx, &luciusv1.AckRequest{JobId: jobID, StepId: stepID, AttemptNo: attempt, LeaseId: leaseID,
-		AckTime: timestamppb.Now(), WorkerId: "e2e"}); err != nil || r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
+		AckTime: timestamppb.Now(), WorkerId: "e2e", CallbackToken: token}); err != nil || r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		t.Fatalf("ack: %v %v", r, err)
 	}
 	// Heartbeats keep a 2s lease alive for 3s.
 	progress, _ := structpb.NewStruct(map[string]any{"percent": 50})
 	for range 6 {
 		r, err := cb.Heartbeat(s.ctx, &luciusv1.HeartbeatRequest{JobId: jobID, StepId: stepID, AttemptNo: attempt, LeaseId: leaseID,
-			Progress: progress, WorkerId: "e2e"})
-		if err != nil || r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED || r.GetLeaseExpireTime() == nil {
+			Progress: progress, WorkerId: "e2e", CallbackToken: token})
+		if err != nil || r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED || r.GetLeaseExpireTime() == nil ||
+			r.GetCallbackToken() == "" {
 			t.Fatalf("heartbeat: %v %v", r, err)
 		}
+		token = r.GetCallbackToken() // it expires with the extended lease
 		time.Sleep(500 * time.Millisecond)
 	}
 	steps, err := s.jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: replayID})
@@ -183,7 +180,7 @@ func TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed(t *testing.T) {
 		t.Fatalf("attempt %+v lacks progress or lease", last)
 	}
 	if r, err := cb.Result(s.ctx, &luciusv1.ResultRequest{JobId: jobID, StepId: stepID, AttemptNo: attempt, LeaseId: leaseID,
-		Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()}); err != nil ||
+		Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now(), CallbackToken: token}); err != nil ||
 		r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		t.Fatalf("result: %v %v", r, err)
 	}

@@ -77,6 +77,9 @@ type Stack struct {
 	// reserved holds each free port bound until just before the process
 	// given it starts, so no other stack on the machine picks it meanwhile.
 	reserved map[string]net.Listener
+	trust    *trust
+	// stopRefresh ends the worker token refresh.
+	stopRefresh context.CancelFunc
 }
 
 // Process is one running binary.
@@ -115,6 +118,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := os.MkdirAll(s.Workspace, 0o755); err != nil {
 		return nil, err
 	}
+	if s.trust, err = newTrust(dataDir); err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
 	if s.URL == "" {
 		s.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Port: cfg.PGPort, Durable: cfg.Durable})
 		if err != nil {
@@ -137,6 +143,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.Stop(context.Background())
 		return nil, err
 	}
+	refreshCtx, stopRefresh := context.WithCancel(context.Background())
+	s.stopRefresh = stopRefresh
+	go s.trust.refresh(refreshCtx)
 	return s, nil
 }
 
@@ -163,6 +172,9 @@ func (s *Stack) plan() error {
 		"LUCIUS_WORKSPACE_ROOT": "file://" + s.Workspace,
 		"LUCIUS_LOG_FORMAT":     "text",
 	}
+	for k, v := range s.trust.env() {
+		common[k] = v
+	}
 	add := func(name, binary, healthAddr string, env map[string]string) {
 		merged := map[string]string{}
 		for _, m := range []map[string]string{common, s.cfg.Env, env, s.cfg.ProcessEnv[name]} {
@@ -183,11 +195,12 @@ func (s *Stack) plan() error {
 	callbackTarget := "ipv4:" + strings.Join(orchGRPC, ",")
 	add("reconciler", "reconciler", s.Endpoints.Reconciler, map[string]string{
 		"LUCIUS_RECONCILER_GRPC_ADDR": recGRPC, "LUCIUS_RECONCILER_HTTP_ADDR": s.Endpoints.Reconciler,
-		"LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget})
+		"LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget, "LUCIUS_CALLBACK_KEYS_FILE": s.trust.callbackKeys})
 	for i := range s.cfg.Orchestrators {
 		add(fmt.Sprintf("orchestrator-%d", i+1), "orchestrator", orchHTTP[i], map[string]string{
 			"LUCIUS_ORCHESTRATOR_GRPC_ADDR": orchGRPC[i], "LUCIUS_ORCHESTRATOR_HTTP_ADDR": orchHTTP[i],
-			"LUCIUS_OWNER_ID": fmt.Sprintf("orchestrator-%d", i+1), "LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget})
+			"LUCIUS_OWNER_ID": fmt.Sprintf("orchestrator-%d", i+1), "LUCIUS_CALLBACK_GRPC_TARGET": callbackTarget,
+			"LUCIUS_CALLBACK_KEYS_FILE": s.trust.callbackKeys})
 	}
 	add("gateway", "gateway", gwHTTP, map[string]string{
 		"LUCIUS_GATEWAY_GRPC_ADDR": gwGRPC, "LUCIUS_GATEWAY_HTTP_ADDR": gwHTTP})
@@ -197,7 +210,12 @@ func (s *Stack) plan() error {
 		addr := port(8090 + i)
 		name := "worker-" + strings.ReplaceAll(w, ",", "-")
 		s.Endpoints.Workers[w] = addr
-		add(name, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr})
+		token, err := s.trust.workerToken(name, strings.Split(w, ","))
+		if err != nil {
+			return err
+		}
+		add(name, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr,
+			"LUCIUS_AUTH_TOKEN_FILE": token})
 	}
 	for _, name := range s.order {
 		if _, err := os.Stat(s.procs[name].binary); err != nil {
@@ -265,6 +283,9 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 // Stop stops the processes (SIGTERM, then SIGKILL after a grace period) in
 // reverse start order, then the cluster it started.
 func (s *Stack) Stop(ctx context.Context) {
+	if s.stopRefresh != nil {
+		s.stopRefresh()
+	}
 	for _, l := range s.reserved {
 		l.Close()
 	}

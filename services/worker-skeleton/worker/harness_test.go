@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth/authtest"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/pgtest"
@@ -78,11 +80,12 @@ type heartbeatCall struct {
 	resultsBefore int
 }
 
-func newFakeOrchestrator(t *testing.T) *fakeOrchestrator {
+func newFakeOrchestrator(t *testing.T, issuer *authtest.Issuer) *fakeOrchestrator {
 	t.Helper()
 	f := &fakeOrchestrator{ackOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED,
 		heartbeatOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED}
-	srv, _, err := server.NewGRPC(logger)
+	// The real guard: the worker's callbacks must carry its worker token.
+	srv, _, err := server.NewGRPC(logger, issuer.Guard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +171,7 @@ func unavailable() error { return status.Error(codes.Unavailable, "orchestrator 
 // env is one test's world: a fresh database with the bus, a fake
 // orchestrator, a workspace directory and a runner configuration.
 type env struct {
+	issuer    *authtest.Issuer
 	t         *testing.T
 	pool      *pgxpool.Pool
 	bus       *pgbus.Bus
@@ -198,8 +202,9 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) }) //nolint:errcheck
+	issuer := authtest.New(t)
 	e := &env{
-		t: t, pool: pool, bus: b, store: worker.NewPGStore(pool), orch: newFakeOrchestrator(t),
+		issuer: issuer, t: t, pool: pool, bus: b, store: worker.NewPGStore(pool), orch: newFakeOrchestrator(t, issuer),
 		workspace: t.TempDir(),
 		cfg: worker.Config{
 			Service:      "ocr",
@@ -209,6 +214,7 @@ func setup(t *testing.T) *env {
 			CallTimeout:  2 * time.Second,
 			Backoff:      worker.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 			Logger:       logger,
+			DialOptions:  []grpc.DialOption{issuer.Creds(t, authtest.Worker("ocr", "embedding", "sis", "raster", "tiles", "demo"))},
 		},
 	}
 	e.target = e.orch.addr

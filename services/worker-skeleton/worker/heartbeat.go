@@ -48,7 +48,13 @@ type heartbeats struct {
 	cancelExec context.CancelCauseFunc
 	done       chan struct{}
 	lost       atomic.Bool
+	// token is the attempt's latest callback token: each applied Heartbeat
+	// answers with one that expires with the extended lease.
+	token atomic.Pointer[string]
 }
+
+// callbackToken is the token the attempt's RESULT must carry.
+func (h *heartbeats) callbackToken() string { return *h.token.Load() }
 
 // startHeartbeats returns the context the attempt executes in, derived from
 // ctx, and starts heartbeating every HeartbeatInterval(lease_timeout) while
@@ -59,6 +65,8 @@ func (r *Runner) startHeartbeats(ctx context.Context, d *luciusv1.Directive, tas
 	execCtx, cancelExec := context.WithCancelCause(ctx)
 	loopCtx, stopLoop := context.WithCancel(execCtx)
 	h := &heartbeats{stopLoop: stopLoop, cancelExec: cancelExec, done: make(chan struct{})}
+	initial := d.GetCallbackToken()
+	h.token.Store(&initial)
 	interval := HeartbeatInterval(d.GetLeaseTimeout().AsDuration())
 	if interval == 0 {
 		close(h.done)
@@ -66,7 +74,7 @@ func (r *Runner) startHeartbeats(ctx context.Context, d *luciusv1.Directive, tas
 	}
 	go func() {
 		defer close(h.done)
-		r.heartbeatLoop(loopCtx, d, task, interval, log, func() {
+		r.heartbeatLoop(loopCtx, d, task, &h.token, interval, log, func() {
 			h.lost.Store(true)
 			cancelExec(ErrLeaseLost)
 		})
@@ -85,8 +93,8 @@ func (h *heartbeats) stop() (lost bool) {
 
 // heartbeatLoop sends a Heartbeat every interval until ctx ends, the lease
 // is lost (onLost is called) or the orchestrator rejects heartbeats.
-func (r *Runner) heartbeatLoop(ctx context.Context, d *luciusv1.Directive, task *Task, interval time.Duration,
-	log *slog.Logger, onLost func()) {
+func (r *Runner) heartbeatLoop(ctx context.Context, d *luciusv1.Directive, task *Task, token *atomic.Pointer[string],
+	interval time.Duration, log *slog.Logger, onLost func()) {
 	client, err := r.callbacks.client(d.GetCallbackUrls().GetGrpcTarget())
 	if err != nil {
 		// The ACK used the same target, so this does not happen in practice.
@@ -110,7 +118,7 @@ func (r *Runner) heartbeatLoop(ctx context.Context, d *luciusv1.Directive, task 
 			func(ctx context.Context) error {
 				// Rebuilt per call, so a retry carries the latest progress.
 				req := &luciusv1.HeartbeatRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo),
-					LeaseId: key.LeaseID, Progress: task.progressStruct(), WorkerId: r.cfg.WorkerID}
+					LeaseId: key.LeaseID, Progress: task.progressStruct(), WorkerId: r.cfg.WorkerID, CallbackToken: *token.Load()}
 				var err error
 				resp, err = client.Heartbeat(ctx, req)
 				return err
@@ -133,6 +141,9 @@ func (r *Runner) heartbeatLoop(ctx context.Context, d *luciusv1.Directive, task 
 				telemetry.KeyOutcome, outcome.String())
 			onLost()
 			return
+		}
+		if fresh := resp.GetCallbackToken(); fresh != "" {
+			token.Store(&fresh)
 		}
 		attrs := []any{"heartbeat", beat, telemetry.KeyOutcome, outcome.String(), "step_status", resp.GetStepStatus().String(),
 			"with_progress", task.progressStruct() != nil}

@@ -299,7 +299,11 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 	}
 	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
 	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
-	if lost := beats.stop(); lost {
+	lost := beats.stop()
+	if result != nil {
+		result.CallbackToken = beats.callbackToken()
+	}
+	if lost {
 		r.dropLostAttempt(ctx, rcv, m, keeper, key, log)
 		return
 	}
@@ -402,7 +406,7 @@ func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, kee
 		return true
 	}
 	req := &luciusv1.AckRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo), LeaseId: key.LeaseID,
-		AckTime: timestamppb.New(pickedUp), WorkerId: r.cfg.WorkerID}
+		AckTime: timestamppb.New(pickedUp), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken()}
 	var outcome luciusv1.CallbackOutcome
 	verdict, err := callRetrying(ctx, r.cfg.Backoff, r.cfg.CallTimeout, time.Now().Add(r.cfg.AckRetryTimeout),
 		func(n int, err error, wait time.Duration) {
@@ -574,7 +578,7 @@ func (r *Runner) safeExecute(ctx context.Context, task *Task, log *slog.Logger) 
 
 func (r *Runner) newResult(d *luciusv1.Directive, started time.Time) *luciusv1.ResultRequest {
 	return &luciusv1.ResultRequest{JobId: d.GetJobId(), StepId: d.GetStepId(), AttemptNo: d.GetAttemptNo(),
-		LeaseId: d.GetLeaseId(), StartTime: timestamppb.New(started), WorkerId: r.cfg.WorkerID}
+		LeaseId: d.GetLeaseId(), StartTime: timestamppb.New(started), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken()}
 }
 
 // deliverResult sends RESULT until the orchestrator answers, then completes

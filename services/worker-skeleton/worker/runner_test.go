@@ -492,7 +492,7 @@ func TestRunnerFailsOverBetweenCallbackAddresses(t *testing.T) {
 func TestRunnerSpreadsCallbacksOverAddresses(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	second := newFakeOrchestrator(t)
+	second := newFakeOrchestrator(t, e.issuer)
 	e.target = "ipv4:" + e.orch.addr + "," + second.addr
 	var runs counter
 	e.start(upperExecutor(&runs))

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
@@ -32,6 +33,8 @@ import (
 // the flood. Each step takes floodStepDelay (LUCIUS_WORKER_DELAY), as real
 // work does.
 type floodConfig struct {
+	// token authenticates the flooding client process (an operator token).
+	token    string
 	limit    int     // the flooding tenant's concurrent job limit
 	factor   int     // its submitters, in multiples of limit (default 10)
 	calmRate float64 // the calm tenant's submits per second (default 20)
@@ -314,6 +317,7 @@ func startFlooder(ctx context.Context, cfg floodConfig, factor int, target, inpu
 	cmd := exec.CommandContext(ctx, "nice", "-n", "19", self, "-flood-client", target,
 		"-flood-limit", strconv.Itoa(cfg.limit), "-flood-factor", strconv.Itoa(factor), "-flood-input", input, "-flood-workspace", workspace)
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), "LUCIUS_TOKEN="+cfg.token)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -355,7 +359,7 @@ func (f *flooder) stop() ([3]int64, error) {
 func floodClient(target string, submitters int, input, workspace string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	conn, err := server.Dial(target)
+	conn, err := server.Dial(target, grpc.WithPerRPCCredentials(auth.BearerToken(os.Getenv("LUCIUS_TOKEN"))))
 	if err != nil {
 		return err
 	}

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
@@ -114,7 +116,14 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	if err := os.WriteFile(input, []byte("Lucius benchmark input. The quick brown fox jumps over the lazy dog.\n"), 0o644); err != nil {
 		return err
 	}
-	conn, err := server.Dial(s.Endpoints.GatewayGRPC)
+	token, err := s.OperatorToken()
+	if err != nil {
+		return err
+	}
+	if floodCfg != nil {
+		floodCfg.token = token
+	}
+	conn, err := server.Dial(s.Endpoints.GatewayGRPC, grpc.WithPerRPCCredentials(auth.BearerToken(token)))
 	if err != nil {
 		return err
 	}

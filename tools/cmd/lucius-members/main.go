@@ -27,12 +27,14 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 )
@@ -49,6 +51,7 @@ type config struct {
 	version                int
 	replace                bool
 	timeout                time.Duration
+	token, issuerDir       string
 }
 
 func main() {
@@ -58,6 +61,8 @@ func main() {
 	flag.IntVar(&cfg.version, "version", 0, "the runbook version to load into; 0: the active version")
 	flag.BoolVar(&cfg.replace, "replace", false, "the file is the whole data source: members it lacks are no longer current")
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "give up after this long")
+	flag.StringVar(&cfg.token, "token", os.Getenv("LUCIUS_TOKEN"), "an operator's bearer token (default $LUCIUS_TOKEN; else one is minted from -issuer-dir)")
+	flag.StringVar(&cfg.issuerDir, "issuer-dir", ".lucius/issuer", "make up's local issuer, to mint an operator token when -token is empty")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: lucius-members -runbook <name> [-version n] [-replace] [-gateway host:port] <file.csv | ->")
 		flag.PrintDefaults()
@@ -96,7 +101,16 @@ func run(ctx context.Context, cfg config, stdin io.Reader, out io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.file, err)
 	}
-	conn, err := server.Dial(cfg.gateway)
+	if cfg.token == "" {
+		issuer, err := auth.OpenLocalIssuer(cfg.issuerDir)
+		if err != nil {
+			return fmt.Errorf("no -token and no local issuer: %w", err)
+		}
+		if cfg.token, err = issuer.Mint(auth.Grant{Subject: "lucius-members", Roles: []auth.Role{auth.RoleOperator}}, cfg.timeout+time.Minute); err != nil {
+			return err
+		}
+	}
+	conn, err := server.Dial(cfg.gateway, grpc.WithPerRPCCredentials(auth.BearerToken(cfg.token)))
 	if err != nil {
 		return err
 	}

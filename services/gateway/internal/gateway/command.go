@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -59,6 +60,11 @@ func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *c
 // refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
+	// The tenant comes from the token: a partner submits only for its own.
+	if err := auth.RequireTenant(ctx, cmd.GetTenantId()); err != nil {
+		s.count(ctx, "forbidden", cmd.GetRequestType())
+		return nil, err
+	}
 	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.topology)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))

@@ -11,8 +11,14 @@ import (
 	"github.com/lucius-platform/lucius/core/server"
 )
 
-// restHeader is rest with the response headers.
+// restHeader is rest with the response headers, as an operator.
 func (f *gatewayFixture) restHeader(t *testing.T, method, path string, body any) (int, http.Header, map[string]any) {
+	t.Helper()
+	return f.restAs(t, f.operator, method, path, body)
+}
+
+// restAs calls REST with token (none when empty).
+func (f *gatewayFixture) restAs(t *testing.T, token, method, path string, body any) (int, http.Header, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -21,6 +27,9 @@ func (f *gatewayFixture) restHeader(t *testing.T, method, path string, body any)
 	}
 	req, _ := http.NewRequest(method, f.base+path, r)
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := f.httpc.Do(req)
 	if err != nil {
 		t.Fatal(err)

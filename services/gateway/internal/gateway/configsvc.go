@@ -112,7 +112,7 @@ func (s *configService) DeleteTenantConfig(ctx context.Context, req *luciusv1.De
 
 // changed logs a change and applies it here at once.
 func (s *configService) changed(ctx context.Context, msg string, attrs ...any) {
-	s.log.InfoContext(ctx, msg, attrs...)
+	s.log.InfoContext(ctx, msg, append(attrs, "principal", principalName(ctx))...)
 	if err := s.watcher.Reload(ctx); err != nil {
 		s.log.WarnContext(ctx, "reload configuration", telemetry.Err(err))
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -31,7 +32,7 @@ func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.L
 	if size == 0 {
 		size = 50
 	}
-	filter := ledger.DeadLetterFilter{JobID: req.GetJobId(), Limit: size + 1}
+	filter := ledger.DeadLetterFilter{JobID: req.GetJobId(), Tenants: tenantScope(ctx), Limit: size + 1}
 	switch req.GetKind() {
 	case luciusv1.DeadLetterKind_DEAD_LETTER_KIND_STEP:
 		filter.Kind = ledger.DeadLetterStep
@@ -61,6 +62,14 @@ func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.L
 // GetDeadLetter returns one dead letter with its body.
 func (s *deadLetterService) GetDeadLetter(ctx context.Context, req *luciusv1.GetDeadLetterRequest) (*luciusv1.GetDeadLetterResponse, error) {
 	d, err := s.store.GetDeadLetter(ctx, req.GetDeadLetterId())
+	if err == nil && !auth.FromContext(ctx).Operator() {
+		// A partner sees dead letters of its tenants' jobs only; others are NOT_FOUND.
+		if d.JobID == "" {
+			err = ledger.ErrNotFound
+		} else {
+			_, err = visibleJob(ctx, s.store, d.JobID)
+		}
+	}
 	if errors.Is(err, ledger.ErrNotFound) {
 		id := strconv.FormatInt(req.GetDeadLetterId(), 10)
 		return nil, server.Error(codes.NotFound, server.ReasonDeadLetterNotFound, "dead letter "+id+" not found",

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/lucius-platform/lucius/core/auth"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // first step for good.
 func (f *gatewayFixture) failJob(t *testing.T, store *ledger.Store, jobID string) {
 	t.Helper()
-	eng, err := engine.New(store, engine.Config{Definitions: registry.New(store), WorkspaceRoot: "file:///ws",
+	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: registry.New(store), WorkspaceRoot: "file:///ws",
 		Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,3 +127,12 @@ func TestDeadLettersAndReplayOverREST(t *testing.T) {
 		t.Fatalf("dead letter after replay: %d %v", code, one)
 	}
 }
+
+// testCallbackKeys sign the callback tokens of the tests' directives.
+var testCallbackKeys = func() *auth.CallbackKeys {
+	k, err := auth.GenerateCallbackKeys()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
@@ -30,7 +31,7 @@ var _ luciusv1.JobServiceServer = (*jobService)(nil)
 
 // GetJob returns the job, or its early view before an orchestrator claims it.
 func (s *jobService) GetJob(ctx context.Context, req *luciusv1.GetJobRequest) (*luciusv1.GetJobResponse, error) {
-	job, err := s.store.GetJob(ctx, req.GetJobId())
+	job, err := visibleJob(ctx, s.store, req.GetJobId())
 	if err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
@@ -49,7 +50,7 @@ func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest
 	if size == 0 {
 		size = 50
 	}
-	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Limit: size + 1}
+	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Tenants: tenantScope(ctx), Limit: size + 1}
 	for _, st := range req.GetStatuses() {
 		filter.Statuses = append(filter.Statuses, jobStatusFromProto(st))
 	}
@@ -87,7 +88,7 @@ type stepCursor struct {
 // ListJobSteps returns the steps of a job with their attempts: those that run
 // work, or every workflow node with STEP_VIEW_FULL.
 func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStepsRequest) (*luciusv1.ListJobStepsResponse, error) {
-	if _, err := s.store.GetJob(ctx, req.GetJobId()); err != nil {
+	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
 	size := int(req.GetPageSize())
@@ -115,15 +116,23 @@ func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStep
 		last := steps[size-1]
 		resp.NextPageToken = encodeToken(stepCursor{Index: last.Index, Child: last.ChildNo, StepID: last.StepID})
 	}
+	// Lease ids bind callbacks: only operators see them.
+	operator := auth.FromContext(ctx).Operator()
 	for _, st := range steps {
-		resp.Steps = append(resp.Steps, stepToProto(st))
+		step := stepToProto(st)
+		if !operator {
+			for _, a := range step.GetAttempts() {
+				a.LeaseId = ""
+			}
+		}
+		resp.Steps = append(resp.Steps, step)
 	}
 	return resp, nil
 }
 
 // ListJobEvents pages through a job's audit trail, oldest first.
 func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEventsRequest) (*luciusv1.ListJobEventsResponse, error) {
-	if _, err := s.store.GetJob(ctx, req.GetJobId()); err != nil {
+	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
 	size := int(req.GetPageSize())
@@ -151,16 +160,22 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEve
 
 // CancelJob asks the job to stop (see engine.Cancel).
 func (s *jobService) CancelJob(ctx context.Context, req *luciusv1.CancelJobRequest) (*luciusv1.CancelJobResponse, error) {
+	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
 	job, err := engine.Cancel(ctx, s.store, req.GetJobId(), req.GetReason(), nil)
 	if err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
-	s.log.InfoContext(ctx, "cancel requested", telemetry.JobID(job.JobID), "status", job.Status)
+	s.log.InfoContext(ctx, "cancel requested", telemetry.JobID(job.JobID), "status", job.Status, "principal", principalName(ctx))
 	return &luciusv1.CancelJobResponse{Job: jobToProto(job)}, nil
 }
 
 // ReplayJob re-runs a FAILED_FINAL job as a new job (see engine.Replay).
 func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobRequest) (*luciusv1.ReplayJobResponse, error) {
+	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
+		return nil, s.storeError(ctx, err, req.GetJobId())
+	}
 	job, err := engine.Replay(ctx, s.store, req.GetJobId(), req.GetReason(), nil)
 	if errors.Is(err, engine.ErrNotReplayable) {
 		return nil, server.Error(codes.FailedPrecondition, server.ReasonJobNotReplayable,
@@ -169,7 +184,7 @@ func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobReque
 	if err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
-	s.log.InfoContext(ctx, "job replayed", telemetry.JobID(req.GetJobId()), "replay_job_id", job.JobID)
+	s.log.InfoContext(ctx, "job replayed", telemetry.JobID(req.GetJobId()), "replay_job_id", job.JobID, "principal", principalName(ctx))
 	return &luciusv1.ReplayJobResponse{Job: jobToProto(job)}, nil
 }
 

@@ -74,7 +74,7 @@ func (s *runbookService) ApplyRunbook(ctx context.Context, req *luciusv1.ApplyRu
 	if err := s.register(ctx, plan); err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "runbook applied", "runbook", rb.Name, "version", rb.Version, "created", created,
+	s.log.InfoContext(ctx, "runbook applied", "principal", principalName(ctx), "runbook", rb.Name, "version", rb.Version, "created", created,
 		"handlers", len(plan.handlers), "workflows", len(plan.workflows))
 	return &luciusv1.ApplyRunbookResponse{Runbook: runbookToProto(stored), Created: created}, nil
 }
@@ -288,7 +288,7 @@ func (s *runbookService) LoadMembers(ctx context.Context, req *luciusv1.LoadMemb
 	if err != nil {
 		return nil, s.error(ctx, err, notFound)
 	}
-	s.log.InfoContext(ctx, "members loaded", "runbook", sr.Runbook.Name, "version", version, "rows", len(members),
+	s.log.InfoContext(ctx, "members loaded", "principal", principalName(ctx), "runbook", sr.Runbook.Name, "version", version, "rows", len(members),
 		"replace", req.GetReplace(), "inserted", res.Inserted, "updated", res.Updated, "unchanged", res.Unchanged, "removed", res.Removed)
 	return &luciusv1.LoadMembersResponse{Version: int32(version), Inserted: int32(res.Inserted), Updated: int32(res.Updated),
 		Unchanged: int32(res.Unchanged), Removed: int32(res.Removed)}, nil

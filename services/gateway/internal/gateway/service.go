@@ -26,7 +26,6 @@ import (
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -77,7 +76,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, runtime.WithForwardResponseOption(acceptedFor202))
+	ep, err := cfg.Service.Endpoint(runtime.WithForwardResponseOption(acceptedFor202))
 	if err != nil {
 		return err
 	}

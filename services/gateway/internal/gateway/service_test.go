@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/auth/authtest"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/process"
@@ -33,6 +35,11 @@ type gatewayFixture struct {
 	jobs  luciusv1.JobServiceClient
 	cmds  luciusv1.CommandServiceClient
 	httpc *http.Client
+	// issuer mints the fixture's tokens; the fixture's own clients (conn and
+	// rest) call as an operator.
+	issuer   *authtest.Issuer
+	operator string
+	grpcAddr string
 }
 
 // startGateway runs the real gateway (gRPC + REST) against a fresh database.
@@ -42,8 +49,9 @@ func startGateway(t *testing.T) *gatewayFixture {
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	issuer := authtest.New(t)
 	go func() {
-		done <- Run(ctx, Config{Service: process.Service{DatabaseURL: url, GRPCAddr: grpcAddr, HTTPAddr: httpAddr},
+		done <- Run(ctx, Config{Service: process.Service{DatabaseURL: url, GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Auth: issuer.Config},
 			Policy: testPolicy})
 	}()
 	t.Cleanup(func() {
@@ -52,7 +60,8 @@ func startGateway(t *testing.T) *gatewayFixture {
 			t.Errorf("gateway stopped with %v", err)
 		}
 	})
-	f := &gatewayFixture{base: "http://" + httpAddr, ctx: context.Background(), httpc: &http.Client{Timeout: 10 * time.Second}}
+	f := &gatewayFixture{base: "http://" + httpAddr, ctx: context.Background(), httpc: &http.Client{Timeout: 10 * time.Second},
+		issuer: issuer, operator: issuer.Token(t, authtest.Operator()), grpcAddr: grpcAddr}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := f.httpc.Get(f.base + "/readyz")
@@ -66,7 +75,7 @@ func startGateway(t *testing.T) *gatewayFixture {
 		time.Sleep(50 * time.Millisecond)
 	}
 	var err error
-	if f.conn, err = server.Dial(grpcAddr); err != nil {
+	if f.conn, err = server.Dial(grpcAddr, grpc.WithPerRPCCredentials(auth.BearerToken(f.operator))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.conn.Close() })

@@ -50,7 +50,7 @@ func (s *workflowService) RegisterWorkflow(ctx context.Context, req *luciusv1.Re
 	if err != nil {
 		return nil, s.unavailable(ctx, err)
 	}
-	s.log.InfoContext(ctx, "workflow registered", "workflow", def.Key(), "created", created)
+	s.log.InfoContext(ctx, "workflow registered", "workflow", def.Key(), "created", created, "principal", principalName(ctx))
 	return &luciusv1.RegisterWorkflowResponse{Workflow: workflowToProto(def, stored), Created: created}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -27,6 +28,7 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		Service:            process.ReadService(e, "orchestrator", "127.0.0.1:9091", "127.0.0.1:8081", 30),
 		OwnerID:            e.String("LUCIUS_OWNER_ID", e.String("LUCIUS_INSTANCE", "orchestrator")+"-"+uuid.NewString()[:8]),
 		WorkspaceRoot:      e.Required("LUCIUS_WORKSPACE_ROOT"),
+		CallbackKeys:       auth.ReadCallbackKeys(e),
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		JobConcurrency:     e.Int("LUCIUS_JOB_CONCURRENCY", 8),

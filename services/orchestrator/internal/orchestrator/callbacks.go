@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/server"
@@ -24,23 +26,52 @@ import (
 type callbackService struct {
 	luciusv1.UnimplementedCallbackServiceServer
 	engine    *engine.Engine
+	keys      *auth.CallbackKeys
 	log       *slog.Logger
 	callbacks metric.Int64Counter
 }
 
 var _ luciusv1.CallbackServiceServer = (*callbackService)(nil)
 
-func newCallbackService(eng *engine.Engine, log *slog.Logger) (*callbackService, error) {
+func newCallbackService(eng *engine.Engine, keys *auth.CallbackKeys, log *slog.Logger) (*callbackService, error) {
 	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_callbacks_total",
-		metric.WithDescription("ACK, RESULT and HEARTBEAT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL)."))
+		metric.WithDescription("ACK, RESULT and HEARTBEAT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL, REFUSED)."))
 	if err != nil {
 		return nil, err
 	}
-	return &callbackService{engine: eng, log: log, callbacks: c}, nil
+	return &callbackService{engine: eng, keys: keys, log: log, callbacks: c}, nil
+}
+
+// admit checks the callback's token before anything is applied: it must be
+// Lucius's, unexpired, name this very attempt, and the caller must serve the
+// directive's service. A refusal is answered PERMISSION_DENIED and recorded
+// as a CALLBACK_REFUSED event of the job (when the job exists).
+func (s *callbackService) admit(ctx context.Context, kind, jobID, stepID string, attemptNo int32, leaseID, token string) error {
+	p := auth.FromContext(ctx)
+	want := auth.Attempt{JobID: jobID, StepID: stepID, AttemptNo: int(attemptNo), LeaseID: leaseID}
+	_, err := s.keys.CheckCallback(p, token, want, time.Now())
+	if err == nil {
+		return nil
+	}
+	refusal := &auth.CallbackRefusal{Reason: auth.RefusedMalformed, Detail: err.Error()}
+	errors.As(err, &refusal)
+	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", "REFUSED")))
+	s.log.WarnContext(ctx, "callback "+kind+" refused", telemetry.JobID(jobID), telemetry.StepID(stepID),
+		telemetry.AttemptNo(int(attemptNo)), "reason", refusal.Reason, "detail", refusal.Detail, "principal", p.String())
+	event := ledger.Event{JobID: jobID, StepID: stepID, AttemptNo: int(attemptNo), Type: ledger.EventCallbackRefused,
+		Reason: refusal.Reason, Data: map[string]any{"kind": kind, "detail": refusal.Detail, "principal": p.String()}}
+	if rerr := s.engine.Store().RecordEvents(ctx, event); rerr != nil {
+		s.log.DebugContext(ctx, "record refused callback", telemetry.JobID(jobID), telemetry.Err(rerr))
+	}
+	return server.Error(codes.PermissionDenied, auth.ReasonCallbackTokenDenied, "callback refused: "+refusal.Detail,
+		"refusal", refusal.Reason).Err()
 }
 
 // Ack applies a worker's pickup signal.
 func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*luciusv1.AckResponse, error) {
+	if err := s.admit(ctx, "ACK", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
+		return nil, err
+	}
 	res, err := s.engine.Ack(ctx, req)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
@@ -51,6 +82,9 @@ func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*l
 
 // Result applies the end of an attempt.
 func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultRequest) (*luciusv1.ResultResponse, error) {
+	if err := s.admit(ctx, "RESULT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
+		return nil, err
+	}
 	res, err := s.engine.Result(ctx, req)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
@@ -62,12 +96,15 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 
 // Heartbeat extends the lease of a long-running attempt.
 func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) (*luciusv1.HeartbeatResponse, error) {
+	if err := s.admit(ctx, "HEARTBEAT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
+		return nil, err
+	}
 	res, err := s.engine.Heartbeat(ctx, req)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
 	s.record(ctx, "HEARTBEAT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
-	resp := &luciusv1.HeartbeatResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus)}
+	resp := &luciusv1.HeartbeatResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus), CallbackToken: res.CallbackToken}
 	if !res.LeaseExpiresAt.IsZero() {
 		resp.LeaseExpireTime = timestamppb.New(res.LeaseExpiresAt)
 	}

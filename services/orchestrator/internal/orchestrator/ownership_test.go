@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"github.com/lucius-platform/lucius/core/auth"
 	"log/slog"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(store, engine.Config{Definitions: reg, WorkspaceRoot: "file:///ws",
+	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: reg, WorkspaceRoot: "file:///ws",
 		Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -140,3 +141,12 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 		t.Fatalf("%d fenced-write log lines, want 1", n)
 	}
 }
+
+// testCallbackKeys sign the callback tokens of the tests' directives.
+var testCallbackKeys = func() *auth.CallbackKeys {
+	k, err := auth.GenerateCallbackKeys()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()

@@ -82,7 +82,7 @@ func setupExecutor(t *testing.T) *execFixture {
 		t.Fatal(err)
 	}
 	f := &execFixture{t: t, ctx: ctx, store: store, now: time.Date(2030, 3, 15, 0, 0, 0, 0, time.UTC)}
-	eng, err := engine.New(store, engine.Config{Definitions: reg, WorkspaceRoot: "file:///ws", Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
+	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: reg, WorkspaceRoot: "file:///ws", Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/config"
@@ -23,7 +24,6 @@ import (
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
 
@@ -40,6 +40,8 @@ type Config struct {
 	Topology topology.Config
 	// WorkspaceRoot is the URL job workspaces live under. Required.
 	WorkspaceRoot string
+	// CallbackKeys sign and check the callback tokens of directives. Required.
+	CallbackKeys *auth.CallbackKeys
 	// CallbackGRPCTarget and CallbackRESTURL are put in directives for workers;
 	// defaults: this instance's own gRPC and HTTP addresses.
 	CallbackGRPCTarget string
@@ -112,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	ep, err := cfg.Service.Endpoint()
 	if err != nil {
 		return err
 	}
@@ -123,13 +125,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if callbacks.RESTBaseURL == "" {
 		callbacks.RESTBaseURL = "http://" + ep.HTTPAddr()
 	}
-	eng, err := engine.New(store, engine.Config{Definitions: workflows, Callbacks: callbacks,
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, Callbacks: callbacks,
 		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log})
 	if err != nil {
 		ep.Close()
 		return err
 	}
-	cbService, err := newCallbackService(eng, log)
+	cbService, err := newCallbackService(eng, cfg.CallbackKeys, log)
 	if err != nil {
 		ep.Close()
 		return err

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -29,6 +30,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		},
 		OutboxRetention:    e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
 		WorkspaceRoot:      e.Required("LUCIUS_WORKSPACE_ROOT"),
+		CallbackKeys:       auth.ReadCallbackKeys(e),
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		Sweepers: reconciler.SweepersConfig{

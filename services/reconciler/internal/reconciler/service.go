@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/loop"
@@ -23,7 +24,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
 
@@ -40,6 +40,8 @@ type Config struct {
 	// WorkspaceRoot is the URL job workspaces live under (directives of the
 	// attempts sweepers start carry it). Required.
 	WorkspaceRoot string
+	// CallbackKeys sign the callback tokens of re-dispatched directives. Required.
+	CallbackKeys *auth.CallbackKeys
 	// CallbackGRPCTarget and CallbackRESTURL are the orchestrators' CallbackService,
 	// put in directives of the attempts sweepers start (defaults: the
 	// orchestrator's default addresses, 127.0.0.1:9091 and http://127.0.0.1:8081).
@@ -113,7 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := declare(ctx); err != nil {
 		return err
 	}
-	eng, err := engine.New(store, engine.Config{Definitions: workflows, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
 		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}})
 	if err != nil {
 		return err
@@ -142,7 +144,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	ep, err := cfg.Service.Endpoint()
 	if err != nil {
 		return err
 	}

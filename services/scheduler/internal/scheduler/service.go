@@ -49,7 +49,6 @@ import (
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
 )
 
@@ -140,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	ep, err := cfg.Service.Endpoint()
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/process"
@@ -68,6 +69,8 @@ type settings struct {
 	pollInterval time.Duration
 	retention    time.Duration
 	telemetry    telemetry.Config
+	// auth checks the operator token /metrics requires.
+	auth auth.Config
 	// runner is every Runner's configuration but its Service.
 	runner worker.Config
 }
@@ -92,6 +95,15 @@ func readSettings(e *env.Reader) (settings, error) {
 			ExecutionDelay: e.Duration("LUCIUS_WORKER_DELAY", 0),
 			Faults:         e.Bool("LUCIUS_WORKER_FAULTS", false),
 		},
+	}
+	var err error
+	if s.auth, err = auth.ReadConfig(e); err != nil {
+		return settings{}, err
+	}
+	// How the worker authenticates its callbacks: a bearer token from a file
+	// (re-read when it changes), or an mTLS client certificate.
+	if s.runner.DialOptions, err = callbackCredentials(e); err != nil {
+		return settings{}, err
 	}
 	topo, err := topology.ConfigFromEnv(e) // the same settings every Lucius process declares
 	if err != nil {
@@ -210,7 +222,12 @@ func run() error {
 		}
 		return nil
 	}
-	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, tel.Ops, ready)), Listener: ln}
+	authn, err := auth.NewAuthenticator(s.auth)
+	if err != nil {
+		return err
+	}
+	ops := auth.NewGuard(authn, log).HTTP(tel.Ops) // /metrics needs an operator token
+	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, ops, ready)), Listener: ln}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth/authtest"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/env"
@@ -39,7 +40,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestReadSettings(t *testing.T) {
 	t.Parallel()
-	base := map[string]string{"DATABASE_URL": "postgres://localhost/lucius", "LUCIUS_WORKER_SERVICE": "ocr"}
+	tokenFile := authtest.New(t).TokenFile(t, authtest.Worker("ocr"))
+	base := map[string]string{"DATABASE_URL": "postgres://localhost/lucius", "LUCIUS_WORKER_SERVICE": "ocr",
+		"LUCIUS_AUTH_TOKEN_FILE": tokenFile}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for k, v := range base {
@@ -73,8 +76,10 @@ func TestReadSettings(t *testing.T) {
 		{"only commas", with("LUCIUS_WORKER_SERVICE", ", ,"), "LUCIUS_WORKER_SERVICE names no service", ""},
 		{"noop runs any list", with("LUCIUS_WORKER_SERVICE", "geo,hydro", "LUCIUS_WORKER_NOOP", "true"), "", "geo,hydro"},
 		{"a bad name in a noop list", with("LUCIUS_WORKER_SERVICE", "geo,Hydro!", "LUCIUS_WORKER_NOOP", "true"), `service "Hydro!": want lowercase letters`, ""},
-		{"missing database", map[string]string{"LUCIUS_WORKER_SERVICE": "ocr"}, "DATABASE_URL is required", ""},
-		{"missing service", map[string]string{"DATABASE_URL": "x"}, "LUCIUS_WORKER_SERVICE is required", ""},
+		{"missing database", map[string]string{"LUCIUS_WORKER_SERVICE": "ocr", "LUCIUS_AUTH_TOKEN_FILE": tokenFile}, "DATABASE_URL is required", ""},
+		{"missing service", map[string]string{"DATABASE_URL": "x", "LUCIUS_AUTH_TOKEN_FILE": tokenFile}, "LUCIUS_WORKER_SERVICE is required", ""},
+		{"no callback credentials", map[string]string{"DATABASE_URL": "x", "LUCIUS_WORKER_SERVICE": "ocr"}, "LUCIUS_AUTH_TOKEN_FILE or LUCIUS_CALLBACK_TLS_CERT_FILE is required", ""},
+		{"missing token file", with("LUCIUS_AUTH_TOKEN_FILE", "/nonexistent/token"), "token file", ""},
 		{"bad concurrency", with("LUCIUS_WORKER_CONCURRENCY", "many"), "want an integer", ""},
 		{"negative concurrency", with("LUCIUS_WORKER_CONCURRENCY", "-2"), "concurrency -2 is negative", ""},
 		{"negative concurrency, several services", with("LUCIUS_WORKER_SERVICE", "raster,tiles", "LUCIUS_WORKER_CONCURRENCY", "-2"),
@@ -179,6 +184,7 @@ type workerProcess struct {
 	dbURL    string
 	httpAddr string
 	target   string // the orchestrator's gRPC target
+	issuer   *authtest.Issuer
 	orch     *resultRecorder
 	output   *syncBuffer
 	cmd      *exec.Cmd
@@ -199,7 +205,9 @@ func startWorker(t *testing.T, services, instance string) *workerProcess {
 	}
 	w := &workerProcess{dir: dir, dbURL: pgtest.NewDB(t), httpAddr: freeAddr(t), orch: &resultRecorder{}, output: &syncBuffer{}}
 
-	grpcSrv, _, err := server.NewGRPC(slog.New(slog.DiscardHandler))
+	issuer := authtest.New(t)
+	w.issuer = issuer
+	grpcSrv, _, err := server.NewGRPC(slog.New(slog.DiscardHandler), issuer.Guard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +222,8 @@ func startWorker(t *testing.T, services, instance string) *workerProcess {
 
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(), "DATABASE_URL="+w.dbURL, "LUCIUS_WORKER_SERVICE="+services, "LUCIUS_WORKER_HTTP_ADDR="+w.httpAddr,
-		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms")
+		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms",
+		"LUCIUS_AUTH_JWKS_FILE="+issuer.JWKSPath(), "LUCIUS_AUTH_TOKEN_FILE="+issuer.TokenFile(t, authtest.Worker(strings.Split(services, ",")...)))
 	w.cmd.Stdout, w.cmd.Stderr = w.output, w.output
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -307,7 +316,9 @@ func (w *workerProcess) metrics(t *testing.T, wants ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get("http://" + w.httpAddr + "/metrics")
+		req, _ := http.NewRequest(http.MethodGet, "http://"+w.httpAddr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+w.issuer.Token(t, authtest.Operator()))
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
