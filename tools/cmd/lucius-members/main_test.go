@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth/authtest"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 )
@@ -205,13 +206,17 @@ func TestRunReadsTheFileAndPrintsTheCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// The real guard: the tool must call as an operator, with a token it
+	// mints from the local issuer when given none.
+	issuer := authtest.New(t)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(issuer.Guard().UnaryServerInterceptor()))
 	luciusv1.RegisterRunbookServiceServer(srv, &fakeRunbooks{})
 	go srv.Serve(l) //nolint:errcheck
 	t.Cleanup(srv.Stop)
 	for _, file := range []string{path, "-"} {
 		var out strings.Builder
-		cfg := config{gateway: l.Addr().String(), runbook: "contoso-mailbox-migration", file: file, replace: true, timeout: 10 * time.Second}
+		cfg := config{gateway: l.Addr().String(), runbook: "contoso-mailbox-migration", file: file, replace: true, timeout: 10 * time.Second,
+			issuerDir: issuer.Dir}
 		if err := run(context.Background(), cfg, strings.NewReader(contosoCSV), &out); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +225,7 @@ func TestRunReadsTheFileAndPrintsTheCounts(t *testing.T) {
 			t.Fatalf("printed %q, want %q", out.String(), want)
 		}
 	}
-	err = run(context.Background(), config{gateway: l.Addr().String(), runbook: "r", file: "-", timeout: time.Second},
+	err = run(context.Background(), config{gateway: l.Addr().String(), runbook: "r", file: "-", timeout: time.Second, issuerDir: issuer.Dir},
 		strings.NewReader("member_key,batch_time\nx,yesterday\n"), &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), `line 2, column 2 (batch_time): "yesterday" is not an RFC 3339 time`) {
 		t.Fatalf("a bad file: %v", err)

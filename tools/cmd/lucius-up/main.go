@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -55,10 +56,14 @@ Lucius is running.
   workers           %s
   PostgreSQL        %s
   workspace         %s
+  local issuer      %s (every call needs a token from it)
+
+  TOKEN=$(.build/bin/lucius token --tenant acme --role partner)    # or --role operator
+  curl -H "Authorization: Bearer $TOKEN" http://%s/v1/jobs
 
 Press Ctrl-C to stop everything.
 `, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
-		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace)
+		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace, filepath.Dir(s.Issuer().JWKSPath()), e.GatewayHTTP)
 
 	supervise(ctx, s)
 	fmt.Println("\nstopping Lucius…")

@@ -29,6 +29,7 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		OwnerID:            e.String("LUCIUS_OWNER_ID", e.String("LUCIUS_INSTANCE", "orchestrator")+"-"+uuid.NewString()[:8]),
 		WorkspaceRoot:      e.Required("LUCIUS_WORKSPACE_ROOT"),
 		CallbackKeys:       auth.ReadCallbackKeys(e),
+		CallbackTokenGrace: e.Duration("LUCIUS_CALLBACK_TOKEN_GRACE", 0),
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		JobConcurrency:     e.Int("LUCIUS_JOB_CONCURRENCY", 8),

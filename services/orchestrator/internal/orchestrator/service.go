@@ -42,6 +42,8 @@ type Config struct {
 	WorkspaceRoot string
 	// CallbackKeys sign and check the callback tokens of directives. Required.
 	CallbackKeys *auth.CallbackKeys
+	// CallbackTokenGrace is how long a callback token outlives its lease (default 5m).
+	CallbackTokenGrace time.Duration
 	// CallbackGRPCTarget and CallbackRESTURL are put in directives for workers;
 	// defaults: this instance's own gRPC and HTTP addresses.
 	CallbackGRPCTarget string
@@ -125,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if callbacks.RESTBaseURL == "" {
 		callbacks.RESTBaseURL = "http://" + ep.HTTPAddr()
 	}
-	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, Callbacks: callbacks,
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, Callbacks: callbacks,
 		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log})
 	if err != nil {
 		ep.Close()

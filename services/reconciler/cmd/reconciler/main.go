@@ -31,6 +31,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		OutboxRetention:    e.Duration("LUCIUS_OUTBOX_RETENTION", 0),
 		WorkspaceRoot:      e.Required("LUCIUS_WORKSPACE_ROOT"),
 		CallbackKeys:       auth.ReadCallbackKeys(e),
+		CallbackTokenGrace: e.Duration("LUCIUS_CALLBACK_TOKEN_GRACE", 0),
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		Sweepers: reconciler.SweepersConfig{

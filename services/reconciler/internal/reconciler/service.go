@@ -42,6 +42,8 @@ type Config struct {
 	WorkspaceRoot string
 	// CallbackKeys sign the callback tokens of re-dispatched directives. Required.
 	CallbackKeys *auth.CallbackKeys
+	// CallbackTokenGrace is how long a callback token outlives its lease (default 5m).
+	CallbackTokenGrace time.Duration
 	// CallbackGRPCTarget and CallbackRESTURL are the orchestrators' CallbackService,
 	// put in directives of the attempts sweepers start (defaults: the
 	// orchestrator's default addresses, 127.0.0.1:9091 and http://127.0.0.1:8081).
@@ -115,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := declare(ctx); err != nil {
 		return err
 	}
-	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
+	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
 		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}})
 	if err != nil {
 		return err
