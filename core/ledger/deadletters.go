@@ -21,7 +21,8 @@ type DeadLetterFilter struct {
 
 // ListDeadLetters returns dead letters newest first.
 func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
-	rows, err := s.pool.Query(ctx, sqlListDeadLetters, f.Kind, f.JobID, f.BeforeID, f.Limit, f.Tenants)
+	rows, err := s.pool.Query(ctx, sqlListDeadLetters, f.Kind, f.JobID, f.BeforeID, f.Limit,
+		f.Tenants != nil, append([]string{}, f.Tenants...))
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}

@@ -142,7 +142,7 @@ const (
 	// status filter applies to the derived status, hence the subquery.
 	sqlListJobs = `SELECT * FROM (` + jobView + `
 	WHERE ($1 = '' OR r.tenant_id = $1)
-	  AND ($6::text[] IS NULL OR r.tenant_id = ANY($6))
+	  AND (NOT $6::bool OR r.tenant_id = ANY($7::text[]))
 	  AND ($2::timestamptz IS NULL OR (r.received_at, r.job_id) < ($2, $3))) v
 	WHERE cardinality($4::text[]) = 0 OR v.status = ANY($4)
 	ORDER BY v.created_at DESC, v.job_id DESC
@@ -265,7 +265,7 @@ const (
 	sqlListDeadLetters = `SELECT id, kind, job_id, step_id, attempt_no, reason, description, entity, message_id,
 	body, properties, created_at, replay_job_id FROM dead_letters
 	WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR job_id = $2) AND ($3 = 0 OR id < $3)
-	  AND ($5::text[] IS NULL OR job_id IN (SELECT job_id FROM requests WHERE tenant_id = ANY($5)))
+	  AND (NOT $5::bool OR job_id IN (SELECT job_id FROM requests WHERE tenant_id = ANY($6::text[])))
 	ORDER BY id DESC LIMIT $4`
 
 	sqlMarkReplayed = `UPDATE dead_letters SET replay_job_id = $2 WHERE job_id = $1 AND kind = 'step' AND replay_job_id = ''`

@@ -98,7 +98,8 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*Job, error) {
 	for i, st := range f.Statuses {
 		statuses[i] = string(st)
 	}
-	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit, f.Tenants)
+	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit,
+		f.Tenants != nil, append([]string{}, f.Tenants...))
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
