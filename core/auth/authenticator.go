@@ -43,7 +43,24 @@ func algNames() []string {
 type Authenticator struct {
 	cfg     Config
 	issuers map[string]*issuer
+
+	// verified caches principals of tokens already checked, so a worker's
+	// or client's token costs one signature check, not one per call.
+	mu       sync.Mutex
+	verified map[string]verifiedToken
 }
+
+type verifiedToken struct {
+	p       *Principal
+	expires time.Time
+}
+
+// Verified tokens are remembered this long at most (and never past their
+// expiry), and this many at once.
+const (
+	verifiedTTL = time.Minute
+	verifiedMax = 4096
+)
 
 // issuer verifies the tokens of one iss.
 type issuer struct {
@@ -65,7 +82,7 @@ func NewAuthenticator(cfg Config) (*Authenticator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Authenticator{cfg: cfg, issuers: map[string]*issuer{}}
+	a := &Authenticator{cfg: cfg, issuers: map[string]*issuer{}, verified: map[string]verifiedToken{}}
 	ocfg := &oidc.Config{ClientID: cfg.Audience, SupportedSigningAlgs: algNames(),
 		// go-oidc allows no skew on expiry: verify against a clock running behind.
 		Now: func() time.Time { return time.Now().Add(-cfg.ClockSkew) }}
@@ -90,25 +107,50 @@ func (a *Authenticator) Config() Config { return a.cfg }
 // Authenticate verifies a bearer token (signature, issuer, audience, expiry
 // with skew) and reads its grants.
 func (a *Authenticator) Authenticate(ctx context.Context, raw string) (*Principal, error) {
-	iss, err := unverifiedIssuer(raw)
+	now := time.Now()
+	a.mu.Lock()
+	v, ok := a.verified[raw]
+	a.mu.Unlock()
+	if ok && now.Before(v.expires) {
+		return v.p, nil
+	}
+	p, expiry, err := a.verify(ctx, raw)
 	if err != nil {
 		return nil, err
+	}
+	a.mu.Lock()
+	if len(a.verified) >= verifiedMax {
+		clear(a.verified)
+	}
+	until := now.Add(verifiedTTL)
+	if expiry.Before(until) {
+		until = expiry
+	}
+	a.verified[raw] = verifiedToken{p: p, expires: until}
+	a.mu.Unlock()
+	return p, nil
+}
+
+func (a *Authenticator) verify(ctx context.Context, raw string) (*Principal, time.Time, error) {
+	iss, err := unverifiedIssuer(raw)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	is, ok := a.issuers[strings.TrimSuffix(iss, "/")]
 	if !ok {
-		return nil, ErrUntrusted
+		return nil, time.Time{}, ErrUntrusted
 	}
 	v, err := is.verifierFor(ctx)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	tok, err := v.Verify(ctx, raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidToken, strings.TrimPrefix(err.Error(), "oidc: "))
+		return nil, time.Time{}, fmt.Errorf("%w: %s", ErrInvalidToken, strings.TrimPrefix(err.Error(), "oidc: "))
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return nil, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
+		return nil, time.Time{}, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
 	}
 	p := &Principal{Subject: tok.Subject, Issuer: tok.Issuer}
 	for _, v := range stringsClaim(claims[a.cfg.Claims.Roles]) {
@@ -123,9 +165,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, raw string) (*Principa
 		p.Services = append(p.Services, strings.ToLower(strings.TrimSpace(s)))
 	}
 	if len(p.Roles) == 0 {
-		return nil, ErrNoGrant
+		return nil, time.Time{}, ErrNoGrant
 	}
-	return p, nil
+	return p, tok.Expiry.Add(a.cfg.ClockSkew), nil
 }
 
 // AuthenticateCert maps a verified client certificate chain to a principal.

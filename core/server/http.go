@@ -71,7 +71,8 @@ func retryAfterErrors(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 		if r.Header.Get("Authorization") != "" {
 			challenge += `, error="invalid_token"`
 		}
-		w.Header().Set("WWW-Authenticate", challenge)
+		// grpc-gateway puts the status message in WWW-Authenticate; RFC 6750 wants a challenge.
+		w = challengeWriter{ResponseWriter: w, challenge: challenge}
 	}
 	if st, ok := status.FromError(err); ok {
 		for _, d := range st.Details() {
@@ -93,4 +94,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// challengeWriter sets WWW-Authenticate just before the header is written.
+type challengeWriter struct {
+	http.ResponseWriter
+	challenge string
+}
+
+func (c challengeWriter) WriteHeader(code int) {
+	c.Header().Set("WWW-Authenticate", c.challenge)
+	c.ResponseWriter.WriteHeader(code)
 }

@@ -340,6 +340,21 @@ func TestForgedResultsAreRefusedRecordedAndChangeNothing(t *testing.T) {
 			t.Fatalf("%s: no CALLBACK_REFUSED event with reason %s", tc.name, tc.refusal)
 		}
 	}
+	// /metrics wants an operator.
+	for token, want := range map[string]int{"": http.StatusUnauthorized, s.partner("acme"): http.StatusForbidden, s.operator: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.Endpoints.GatewayHTTP+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := s.httpc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("/metrics: %d, want %d", resp.StatusCode, want)
+		}
+	}
 	// A partner cannot call back at all: the guard refuses its role.
 	conn, err := server.Dial(s.Endpoints.Orchestrator[0], grpc.WithPerRPCCredentials(auth.BearerToken(s.partner("acme"))))
 	if err != nil {
