@@ -2,12 +2,14 @@ package process
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/server"
 )
 
 // Service holds the settings every Lucius service has; service configs embed it.
@@ -21,11 +23,14 @@ type Service struct {
 	Ops http.Handler
 	// ShutdownGrace bounds a graceful stop (default 10s).
 	ShutdownGrace time.Duration
+	// Limits bound requests on both listeners (see server.Limits for the defaults).
+	Limits server.Limits
 }
 
 // ReadService reads the common settings of service name (e.g. "gateway"):
 // DATABASE_URL, LUCIUS_<NAME>_GRPC_ADDR, LUCIUS_<NAME>_HTTP_ADDR and
-// LUCIUS_DB_MAX_CONNS, with the given defaults.
+// LUCIUS_DB_MAX_CONNS, with the given defaults, and the request limits
+// (ReadLimits).
 func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) Service {
 	prefix := "LUCIUS_" + strings.ToUpper(name) + "_"
 	return Service{
@@ -33,6 +38,29 @@ func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) S
 		GRPCAddr:    e.String(prefix+"GRPC_ADDR", grpcAddr),
 		HTTPAddr:    e.String(prefix+"HTTP_ADDR", httpAddr),
 		MaxDBConns:  int32(e.Int("LUCIUS_DB_MAX_CONNS", maxConns)),
+		Limits:      ReadLimits(e),
+	}
+}
+
+// ReadLimits reads the request limits every service applies, defaulting as
+// server.Limits does:
+//
+//	LUCIUS_MAX_REQUEST_BYTES         a gRPC message or REST body (1048576)
+//	LUCIUS_MAX_JSON_DEPTH            nesting of a REST body's JSON (100)
+//	LUCIUS_HTTP_MAX_HEADER_BYTES     an HTTP request header (65536)
+//	LUCIUS_HTTP_READ_HEADER_TIMEOUT  to receive a request header (5s)
+//	LUCIUS_HTTP_READ_TIMEOUT         to receive a whole request (30s)
+//	LUCIUS_HTTP_WRITE_TIMEOUT        to answer, from the end of the header (60s)
+//	LUCIUS_HTTP_IDLE_TIMEOUT         a keep-alive connection's idle time (2m)
+func ReadLimits(e *env.Reader) server.Limits {
+	return server.Limits{
+		MaxRequestBytes:   e.Int("LUCIUS_MAX_REQUEST_BYTES", server.DefaultMaxRequestBytes),
+		MaxJSONDepth:      e.Int("LUCIUS_MAX_JSON_DEPTH", server.DefaultMaxJSONDepth),
+		MaxHeaderBytes:    e.Int("LUCIUS_HTTP_MAX_HEADER_BYTES", server.DefaultMaxHeaderBytes),
+		ReadHeaderTimeout: e.Duration("LUCIUS_HTTP_READ_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout),
+		ReadTimeout:       e.Duration("LUCIUS_HTTP_READ_TIMEOUT", server.DefaultReadTimeout),
+		WriteTimeout:      e.Duration("LUCIUS_HTTP_WRITE_TIMEOUT", server.DefaultWriteTimeout),
+		IdleTimeout:       e.Duration("LUCIUS_HTTP_IDLE_TIMEOUT", server.DefaultIdleTimeout),
 	}
 }
 
@@ -54,6 +82,7 @@ func (s *Service) Defaults(grpcAddr, httpAddr string, maxConns int32) {
 	if s.ShutdownGrace == 0 {
 		s.ShutdownGrace = 10 * time.Second
 	}
+	s.Limits.Defaults()
 }
 
 // Validate reports missing or invalid common settings.
@@ -64,6 +93,9 @@ func (s Service) Validate() error {
 	}
 	if s.MaxDBConns < 0 {
 		errs = append(errs, errors.New("MaxDBConns must not be negative"))
+	}
+	if err := s.Limits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("limits: %w", err))
 	}
 	return errors.Join(errs...)
 }

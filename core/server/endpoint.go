@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -25,15 +26,22 @@ type Endpoint struct {
 	health *health.Server
 	grpcL  net.Listener
 	httpL  net.Listener
+	limits Limits
 }
 
-// NewEndpoint opens both listeners and builds the servers.
-func NewEndpoint(grpcAddr, httpAddr string, log *slog.Logger, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
-	srv, hs, err := NewGRPC(log)
+// NewEndpoint opens both listeners and builds the servers within the limits
+// (zero limits take the defaults): one request size for gRPC messages and REST
+// bodies, JSON depth, HTTP timeouts and header size.
+func NewEndpoint(grpcAddr, httpAddr string, log *slog.Logger, limits Limits, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
+	limits.Defaults()
+	if err := limits.Validate(); err != nil {
+		return nil, err
+	}
+	srv, hs, err := NewGRPC(log, grpc.MaxRecvMsgSize(limits.MaxRequestBytes))
 	if err != nil {
 		return nil, err
 	}
-	e := &Endpoint{GRPC: srv, health: hs, REST: NewRESTMux(restOpts...)}
+	e := &Endpoint{GRPC: srv, health: hs, REST: NewRESTMux(limits, restOpts...), limits: limits}
 	if e.grpcL, err = Listen(grpcAddr); err != nil {
 		return nil, err
 	}
@@ -41,7 +49,11 @@ func NewEndpoint(grpcAddr, httpAddr string, log *slog.Logger, restOpts ...runtim
 		e.grpcL.Close()
 		return nil, err
 	}
-	if e.conn, err = Dial(e.grpcL.Addr().String()); err != nil {
+	// The REST hop sends what the gRPC server takes (a larger message fails
+	// here, before it is sent, and answers 413) and accepts any answer the
+	// server sends: a page of large jobs is not the caller's fault.
+	if e.conn, err = Dial(e.grpcL.Addr().String(), grpc.WithDefaultCallOptions(
+		grpc.MaxCallSendMsgSize(limits.MaxRequestBytes), grpc.MaxCallRecvMsgSize(math.MaxInt32))); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -62,7 +74,8 @@ func (e *Endpoint) HTTPAddr() string { return e.httpL.Addr().String() }
 func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Handler, ready ReadyFunc) error {
 	defer e.conn.Close()
 	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	httpServer := NewHTTPServer(NewHTTPMux(e.REST, ops, ready))
+	rest := LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
+	httpServer := NewHTTPServer(NewHTTPMux(rest, ops, ready), e.limits)
 	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
 }
 

@@ -26,9 +26,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// MaxRecvMsgSize bounds a request's size (gRPC's default is 4 MiB).
-const MaxRecvMsgSize = 16 << 20
-
 // NewGRPC returns a gRPC server with Lucius's interceptors, the health service
 // (serving once the caller marks it) and reflection.
 func NewGRPC(log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server, error) {
@@ -37,8 +34,8 @@ func NewGRPC(log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health
 		return nil, nil, fmt.Errorf("protovalidate: %w", err)
 	}
 	opts = append([]grpc.ServerOption{
-		// Room for large member loads (50,000 members are about 6 MB).
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		// Limits.MaxRequestBytes by default; NewEndpoint passes the configured one.
+		grpc.MaxRecvMsgSize(DefaultMaxRequestBytes),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), validateUnary(validator)),
 	}, opts...)

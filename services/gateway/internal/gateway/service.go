@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, runtime.WithForwardResponseOption(acceptedFor202))
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, cfg.Limits, runtime.WithForwardResponseOption(acceptedFor202))
 	if err != nil {
 		return err
 	}

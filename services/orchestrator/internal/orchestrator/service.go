@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, cfg.Limits)
 	if err != nil {
 		return err
 	}

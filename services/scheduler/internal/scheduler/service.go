@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log)
+	ep, err := server.NewEndpoint(cfg.GRPCAddr, cfg.HTTPAddr, log, cfg.Limits)
 	if err != nil {
 		return err
 	}
