@@ -94,8 +94,17 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
 .PHONY: test
-test: check-generated breaking lint build ## run every test against a PostgreSQL the run starts itself (or DATABASE_URL)
-	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PACKAGES)
+test: check-generated breaking lint build ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
+		bash -c '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PACKAGES) && GO=$(GO) .ci/fuzz $(FUZZTIME)'
+
+# The fuzz targets are listed in .ci/fuzz-targets (one "package target" a
+# line; .ci/fuzz fails when a func Fuzz… is missing there), their seed corpora
+# under each package's testdata/fuzz/<target>/. `make test` runs each briefly.
+FUZZTIME ?= 3s
+.PHONY: fuzz
+fuzz: build ## run each fuzz target in .ci/fuzz-targets for FUZZTIME (default 3s): make fuzz FUZZTIME=1m
+	GO=$(GO) $(BIN)/withpg -dir .build/fuzzpg -- .ci/fuzz $(FUZZTIME)
 
 .PHONY: up
 up: build ## run the whole suite in the foreground; Ctrl-C stops it

@@ -2,6 +2,7 @@ package process
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -30,13 +31,15 @@ type Service struct {
 	Auth auth.Config
 	// TLS serves gRPC over TLS, and mTLS with a client CA.
 	TLS server.TLSFiles
+	// Limits bound requests on both listeners (see server.Limits for the defaults).
+	Limits server.Limits
 }
 
 // ReadService reads the common settings of service name (e.g. "gateway"):
 // DATABASE_URL, LUCIUS_<NAME>_GRPC_ADDR, LUCIUS_<NAME>_HTTP_ADDR,
-// LUCIUS_DB_MAX_CONNS, the trust settings (auth.ReadConfig) and
+// LUCIUS_DB_MAX_CONNS, the trust settings (auth.ReadConfig),
 // LUCIUS_TLS_CERT_FILE, LUCIUS_TLS_KEY_FILE and LUCIUS_TLS_CLIENT_CA_FILE,
-// with the given defaults.
+// with the given defaults, and the request limits (ReadLimits).
 func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) Service {
 	prefix := "LUCIUS_" + strings.ToUpper(name) + "_"
 	authCfg, err := auth.ReadConfig(e)
@@ -49,6 +52,29 @@ func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) S
 		Auth:        authCfg,
 		TLS: server.TLSFiles{CertFile: e.String("LUCIUS_TLS_CERT_FILE", ""), KeyFile: e.String("LUCIUS_TLS_KEY_FILE", ""),
 			ClientCAFile: e.String("LUCIUS_TLS_CLIENT_CA_FILE", "")},
+		Limits: ReadLimits(e),
+	}
+}
+
+// ReadLimits reads the request limits every service applies, defaulting as
+// server.Limits does:
+//
+//	LUCIUS_MAX_REQUEST_BYTES         a gRPC message or REST body (1048576)
+//	LUCIUS_MAX_JSON_DEPTH            nesting of a REST body's JSON (100)
+//	LUCIUS_HTTP_MAX_HEADER_BYTES     an HTTP request header (65536)
+//	LUCIUS_HTTP_READ_HEADER_TIMEOUT  to receive a request header (5s)
+//	LUCIUS_HTTP_READ_TIMEOUT         to receive a whole request (30s)
+//	LUCIUS_HTTP_WRITE_TIMEOUT        to answer, from the end of the header (60s)
+//	LUCIUS_HTTP_IDLE_TIMEOUT         a keep-alive connection's idle time (2m)
+func ReadLimits(e *env.Reader) server.Limits {
+	return server.Limits{
+		MaxRequestBytes:   e.Int("LUCIUS_MAX_REQUEST_BYTES", server.DefaultMaxRequestBytes),
+		MaxJSONDepth:      e.Int("LUCIUS_MAX_JSON_DEPTH", server.DefaultMaxJSONDepth),
+		MaxHeaderBytes:    e.Int("LUCIUS_HTTP_MAX_HEADER_BYTES", server.DefaultMaxHeaderBytes),
+		ReadHeaderTimeout: e.Duration("LUCIUS_HTTP_READ_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout),
+		ReadTimeout:       e.Duration("LUCIUS_HTTP_READ_TIMEOUT", server.DefaultReadTimeout),
+		WriteTimeout:      e.Duration("LUCIUS_HTTP_WRITE_TIMEOUT", server.DefaultWriteTimeout),
+		IdleTimeout:       e.Duration("LUCIUS_HTTP_IDLE_TIMEOUT", server.DefaultIdleTimeout),
 	}
 }
 
@@ -63,7 +89,7 @@ func (s Service) Endpoint(restOpts ...runtime.ServeMuxOption) (*server.Endpoint,
 		return nil, err
 	}
 	return server.NewEndpoint(server.EndpointConfig{GRPCAddr: s.GRPCAddr, HTTPAddr: s.HTTPAddr, Logger: s.Logger,
-		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg}, restOpts...)
+		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg, Limits: s.Limits}, restOpts...)
 }
 
 // Defaults fills unset addresses and pool size with the service's own
@@ -84,6 +110,7 @@ func (s *Service) Defaults(grpcAddr, httpAddr string, maxConns int32) {
 	if s.ShutdownGrace == 0 {
 		s.ShutdownGrace = 10 * time.Second
 	}
+	s.Limits.Defaults()
 }
 
 // Validate reports missing or invalid common settings.
@@ -94,6 +121,9 @@ func (s Service) Validate() error {
 	}
 	if s.MaxDBConns < 0 {
 		errs = append(errs, errors.New("MaxDBConns must not be negative"))
+	}
+	if err := s.Limits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("limits: %w", err))
 	}
 	return errors.Join(errs...)
 }

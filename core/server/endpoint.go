@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -28,9 +29,11 @@ type Endpoint struct {
 	guard  Guard
 	grpcL  net.Listener
 	httpL  net.Listener
+	limits Limits
 }
 
-// EndpointConfig says where an endpoint listens and who may call it.
+// EndpointConfig says where an endpoint listens, who may call it and what
+// it accepts.
 type EndpointConfig struct {
 	GRPCAddr, HTTPAddr string
 	Logger             *slog.Logger
@@ -39,11 +42,19 @@ type EndpointConfig struct {
 	// TLS, when set, serves gRPC over TLS; with ClientCAs set, callers may
 	// authenticate with client certificates (mTLS). See TLSFiles.
 	TLS *tls.Config
+	// Limits bound requests (zero values take the defaults): one request size
+	// for gRPC messages and REST bodies, JSON depth, HTTP timeouts and header size.
+	Limits Limits
 }
 
 // NewEndpoint opens both listeners and builds the servers.
 func NewEndpoint(cfg EndpointConfig, restOpts ...runtime.ServeMuxOption) (*Endpoint, error) {
-	var opts []grpc.ServerOption
+	limits := cfg.Limits
+	limits.Defaults()
+	if err := limits.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(limits.MaxRequestBytes)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -51,7 +62,7 @@ func NewEndpoint(cfg EndpointConfig, restOpts ...runtime.ServeMuxOption) (*Endpo
 	if err != nil {
 		return nil, err
 	}
-	e := &Endpoint{GRPC: srv, health: hs, guard: cfg.Guard, REST: NewRESTMux(restOpts...)}
+	e := &Endpoint{GRPC: srv, health: hs, guard: cfg.Guard, REST: NewRESTMux(limits, restOpts...), limits: limits}
 	if e.grpcL, err = Listen(cfg.GRPCAddr); err != nil {
 		return nil, err
 	}
@@ -59,7 +70,11 @@ func NewEndpoint(cfg EndpointConfig, restOpts ...runtime.ServeMuxOption) (*Endpo
 		e.grpcL.Close()
 		return nil, err
 	}
-	var selfOpts []grpc.DialOption
+	// The REST hop sends what the gRPC server takes (a larger message fails
+	// here, before it is sent, and answers 413) and accepts any answer the
+	// server sends: a page of large jobs is not the caller's fault.
+	selfOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(
+		grpc.MaxCallSendMsgSize(limits.MaxRequestBytes), grpc.MaxCallRecvMsgSize(math.MaxInt32))}
 	if cfg.TLS != nil {
 		selfOpts = append(selfOpts, grpc.WithTransportCredentials(credentials.NewTLS(selfTLS(cfg.TLS))))
 	}
@@ -87,7 +102,8 @@ func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Hand
 	if ops != nil {
 		ops = e.guard.HTTP(ops)
 	}
-	httpServer := NewHTTPServer(NewHTTPMux(e.REST, ops, ready))
+	rest := LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
+	httpServer := NewHTTPServer(NewHTTPMux(rest, ops, ready), e.limits)
 	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
 }
 

@@ -49,15 +49,18 @@ func NewHTTPMux(rest http.Handler, ops http.Handler, ready ReadyFunc) *http.Serv
 
 // NewRESTMux returns a grpc-gateway mux with Lucius's JSON conventions: proto
 // field names (snake_case, as in the seeds) and enum names on output; both
-// snake_case and camelCase accepted on input. An error carrying RetryInfo
-// (e.g. RESOURCE_EXHAUSTED → 429) gets a Retry-After header.
-func NewRESTMux(opts ...runtime.ServeMuxOption) *runtime.ServeMux {
+// snake_case and camelCase accepted on input, nested at most
+// l.MaxJSONDepth levels. A request refused for its size (see LimitBody)
+// answers 413; an error carrying RetryInfo (e.g. RESOURCE_EXHAUSTED → 429)
+// gets a Retry-After header.
+func NewRESTMux(l Limits, opts ...runtime.ServeMuxOption) *runtime.ServeMux {
+	l.Defaults()
 	opts = append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false, RecursionLimit: l.MaxJSONDepth},
 		}),
-		runtime.WithErrorHandler(retryAfterErrors),
+		runtime.WithErrorHandler(restErrors),
 	}, opts...)
 	return runtime.NewServeMux(opts...)
 }
@@ -83,11 +86,6 @@ func retryAfterErrors(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 		}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
-}
-
-// NewHTTPServer returns an HTTP server with sane timeouts.
-func NewHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

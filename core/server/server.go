@@ -26,9 +26,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// MaxRecvMsgSize bounds a request's size (gRPC's default is 4 MiB).
-const MaxRecvMsgSize = 16 << 20
-
 // Guard authenticates and authorizes calls (package auth implements it):
 // every server has one, so no route is served unguarded.
 type Guard interface {
@@ -50,8 +47,8 @@ func NewGRPC(log *slog.Logger, guard Guard, opts ...grpc.ServerOption) (*grpc.Se
 		return nil, nil, fmt.Errorf("protovalidate: %w", err)
 	}
 	opts = append([]grpc.ServerOption{
-		// Room for large member loads (50,000 members are about 6 MB).
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		// Limits.MaxRequestBytes by default; NewEndpoint passes the configured one.
+		grpc.MaxRecvMsgSize(DefaultMaxRequestBytes),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), guard.UnaryServerInterceptor(), validateUnary(validator)),
 		grpc.ChainStreamInterceptor(guard.StreamServerInterceptor()),

@@ -8,9 +8,12 @@
 // The file has a header "member_key,batch_time,<columns...>" and one member a
 // line, batch_time in RFC 3339 (2025-03-15T00:00:00Z); see runbook.ReadCSV.
 // With -replace the file is the whole data source: the members it lacks are
-// no longer current, so it is sent in one call (at most 50,000 members and,
-// with the gateway's default gRPC limit, 4 MiB: some 30,000 typical rows).
-// Without it, a larger file is sent in parts, each loaded on its own.
+// no longer current, so it is sent in one call (at most 50,000 members and
+// the gateway's request limit, LUCIUS_MAX_REQUEST_BYTES, 1 MiB by default:
+// some 7,000 typical rows; -max-request-bytes, by default that variable,
+// says what the gateway takes).
+// Without it, a larger file is sent in parts under that limit, each loaded on
+// its own.
 package main
 
 import (
@@ -35,16 +38,17 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
-// Limits of one LoadMembers call: the API's row limit, and an encoded size
-// under gRPC's default 4 MiB message limit.
-const (
-	maxRows  = 50_000
-	maxBytes = 3 << 20
-)
+// maxRows is the API's row limit of one LoadMembers call.
+const maxRows = 50_000
+
+// callOverhead is what a call adds to its members' size: the runbook's name,
+// the version, gRPC's framing, with room to spare.
+const callOverhead = 4 << 10
 
 type config struct {
 	gateway, runbook, file string
@@ -52,10 +56,18 @@ type config struct {
 	replace                bool
 	timeout                time.Duration
 	token, issuerDir       string
+	// maxRequestBytes is the gateway's request limit (LUCIUS_MAX_REQUEST_BYTES).
+	maxRequestBytes int
 }
 
 func main() {
 	var cfg config
+	e := env.New()
+	defaultMax := e.Int("LUCIUS_MAX_REQUEST_BYTES", server.DefaultMaxRequestBytes)
+	if err := e.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "lucius-members:", err)
+		os.Exit(2)
+	}
 	flag.StringVar(&cfg.gateway, "gateway", "127.0.0.1:9090", "the gateway's gRPC address")
 	flag.StringVar(&cfg.runbook, "runbook", "", "the runbook's name (required)")
 	flag.IntVar(&cfg.version, "version", 0, "the runbook version to load into; 0: the active version")
@@ -63,12 +75,14 @@ func main() {
 	flag.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "give up after this long")
 	flag.StringVar(&cfg.token, "token", os.Getenv("LUCIUS_TOKEN"), "an operator's bearer token (default $LUCIUS_TOKEN; else one is minted from -issuer-dir)")
 	flag.StringVar(&cfg.issuerDir, "issuer-dir", ".lucius/issuer", "make up's local issuer, to mint an operator token when -token is empty")
+	flag.IntVar(&cfg.maxRequestBytes, "max-request-bytes", defaultMax,
+		"the gateway's request limit (default: $LUCIUS_MAX_REQUEST_BYTES, as the gateway reads it): each call stays under it")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: lucius-members -runbook <name> [-version n] [-replace] [-gateway host:port] <file.csv | ->")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 || cfg.runbook == "" || cfg.version < 0 {
+	if flag.NArg() != 1 || cfg.runbook == "" || cfg.version < 0 || cfg.maxRequestBytes <= callOverhead {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -97,7 +111,11 @@ func run(ctx context.Context, cfg config, stdin io.Reader, out io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.file, err)
 	}
-	reqs, err := requests(cfg.runbook, cfg.version, members, cfg.replace)
+	maxBytes := cfg.maxRequestBytes
+	if maxBytes == 0 {
+		maxBytes = server.DefaultMaxRequestBytes
+	}
+	reqs, err := requests(cfg.runbook, cfg.version, members, cfg.replace, maxBytes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cfg.file, err)
 	}
@@ -125,9 +143,10 @@ func run(ctx context.Context, cfg config, stdin io.Reader, out io.Writer) error 
 	return nil
 }
 
-// requests maps members to LoadMembers calls: one with replace (the file is
-// the whole data source), else as many as the call limits require.
-func requests(name string, version int, members []runbook.Member, replace bool) ([]*luciusv1.LoadMembersRequest, error) {
+// requests maps members to LoadMembers calls of at most maxBytes encoded:
+// one with replace (the file is the whole data source), else as many as the
+// call limits require.
+func requests(name string, version int, members []runbook.Member, replace bool, maxBytes int) ([]*luciusv1.LoadMembersRequest, error) {
 	if replace {
 		if len(members) > maxRows {
 			return nil, fmt.Errorf("%d members: with -replace the whole file goes in one call, at most %d members", len(members), maxRows)
@@ -136,8 +155,14 @@ func requests(name string, version int, members []runbook.Member, replace bool) 
 		for _, m := range members {
 			req.Members = append(req.Members, memberToProto(m))
 		}
+		if size := proto.Size(req) + callOverhead; size > maxBytes {
+			return nil, fmt.Errorf("%d members, %d bytes: with -replace the whole file goes in one call, and the gateway takes "+
+				"at most %d bytes a call (its LUCIUS_MAX_REQUEST_BYTES; tell this tool with -max-request-bytes); "+
+				"load without -replace (in parts), or raise the gateway's limit", len(members), size, maxBytes)
+		}
 		return []*luciusv1.LoadMembersRequest{req}, nil
 	}
+	budget := maxBytes - callOverhead
 	var (
 		reqs []*luciusv1.LoadMembersRequest
 		cur  *luciusv1.LoadMembersRequest
@@ -147,7 +172,7 @@ func requests(name string, version int, members []runbook.Member, replace bool) 
 		pm := memberToProto(m)
 		// A repeated field's element costs its size, a tag and a length.
 		n := proto.Size(pm) + 8
-		if cur == nil || len(cur.Members) == maxRows || len(cur.Members) > 0 && size+n > maxBytes {
+		if cur == nil || len(cur.Members) == maxRows || len(cur.Members) > 0 && size+n > budget {
 			cur = &luciusv1.LoadMembersRequest{Name: name, Version: int32(version)}
 			reqs, size = append(reqs, cur), 0
 		}
@@ -218,9 +243,9 @@ func describe(err error, offset int) error {
 	}
 	if len(lines) == 0 {
 		if st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
-			// Only -replace sends a call beyond maxBytes.
-			return fmt.Errorf("%s: %s: the gateway takes at most 4 MiB a call; load without -replace (in parts), or with fewer members",
-				st.Code(), st.Message())
+			// The gateway takes less than -max-request-bytes said.
+			return fmt.Errorf("%s: %s: the gateway takes smaller calls than -max-request-bytes says; "+
+				"set it to the gateway's LUCIUS_MAX_REQUEST_BYTES", st.Code(), st.Message())
 		}
 		return fmt.Errorf("%s: %s", st.Code(), st.Message())
 	}

@@ -39,7 +39,7 @@ func mustRead(t *testing.T, csv string) []runbook.Member {
 func TestRequestsMapEachCSVRecordToAMember(t *testing.T) {
 	t.Parallel()
 	for _, replace := range []bool{false, true} {
-		reqs, err := requests("contoso-mailbox-migration", 3, mustRead(t, contosoCSV), replace)
+		reqs, err := requests("contoso-mailbox-migration", 3, mustRead(t, contosoCSV), replace, server.DefaultMaxRequestBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestRequestsMapEachCSVRecordToAMember(t *testing.T) {
 			t.Fatalf("replace %v: requests %v, want %v", replace, reqs, wantReq)
 		}
 	}
-	reqs, err := requests("r", 0, nil, false)
+	reqs, err := requests("r", 0, nil, false, server.DefaultMaxRequestBytes)
 	if err != nil || len(reqs) != 1 || len(reqs[0].GetMembers()) != 0 || reqs[0].GetName() != "r" {
 		t.Fatalf("an empty file: %v, %v", reqs, err)
 	}
@@ -75,24 +75,28 @@ func manyMembers(n int, value string) []runbook.Member {
 
 func TestRequestsSplitLargeFilesUnlessTheyReplace(t *testing.T) {
 	t.Parallel()
+	const big = 8 << 20 // a gateway that takes 8 MiB
 	tests := []struct {
-		name    string
-		members []runbook.Member
-		replace bool
-		parts   []int // members per call; nil: refused
+		name     string
+		members  []runbook.Member
+		replace  bool
+		maxBytes int
+		parts    []int // members per call; nil: refused (replace), or more than one (else)
 	}{
-		{"small", manyMembers(10, "x"), false, []int{10}},
-		{"more rows than a call takes", manyMembers(maxRows+1, "x"), false, []int{maxRows, 1}},
-		{"more bytes than a call takes", manyMembers(30_000, strings.Repeat("x", 200)), false, nil},
-		{"replace in one call", manyMembers(maxRows, "x"), true, []int{maxRows}},
-		{"replace with too many rows", manyMembers(maxRows+1, "x"), true, nil},
+		{"small", manyMembers(10, "x"), false, server.DefaultMaxRequestBytes, []int{10}},
+		{"more rows than a call takes", manyMembers(maxRows+1, "x"), false, big, []int{maxRows, 1}},
+		{"more bytes than a call takes", manyMembers(30_000, strings.Repeat("x", 200)), false, server.DefaultMaxRequestBytes, nil},
+		{"more bytes than a call takes with a larger limit", manyMembers(30_000, strings.Repeat("x", 200)), false, 3 << 20, nil},
+		{"replace in one call", manyMembers(maxRows, "x"), true, big, []int{maxRows}},
+		{"replace with too many rows", manyMembers(maxRows+1, "x"), true, big, nil},
+		{"replace with more bytes than a call takes", manyMembers(maxRows, "x"), true, server.DefaultMaxRequestBytes, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reqs, err := requests("r", 0, tt.members, tt.replace)
+			reqs, err := requests("r", 0, tt.members, tt.replace, tt.maxBytes)
 			if tt.parts == nil && tt.replace {
 				if err == nil {
-					t.Fatalf("a replace over %d members was not refused", maxRows)
+					t.Fatalf("a replace of %d members in %d bytes was not refused", len(tt.members), tt.maxBytes)
 				}
 				return
 			}
@@ -104,7 +108,7 @@ func TestRequestsSplitLargeFilesUnlessTheyReplace(t *testing.T) {
 			for _, r := range reqs {
 				parts = append(parts, len(r.GetMembers()))
 				total += len(r.GetMembers())
-				if len(reqs) > 1 && (proto.Size(r) > maxBytes+1024 || len(r.GetMembers()) > maxRows) {
+				if proto.Size(r) > tt.maxBytes || len(r.GetMembers()) > maxRows {
 					t.Fatalf("a call of %d members and %d bytes", len(r.GetMembers()), proto.Size(r))
 				}
 				if r.GetReplace() != tt.replace {
@@ -163,7 +167,7 @@ func startFake(t *testing.T) (*fakeRunbooks, luciusv1.RunbookServiceClient) {
 func TestLoadAddsUpThePartsAndPinsTheVersionTheFirstResolved(t *testing.T) {
 	t.Parallel()
 	fake, client := startFake(t)
-	reqs, err := requests("r", 0, manyMembers(maxRows+5, "x"), false)
+	reqs, err := requests("r", 0, manyMembers(maxRows+5, "x"), false, 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +188,7 @@ func TestLoadNamesRefusedMembersByTheirPlaceInTheFile(t *testing.T) {
 	_, client := startFake(t)
 	members := manyMembers(maxRows+3, "x")
 	members[maxRows+1].Key = "bad"
-	reqs, err := requests("r", 0, members, false)
+	reqs, err := requests("r", 0, members, false, 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

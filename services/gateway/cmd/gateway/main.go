@@ -38,5 +38,9 @@ func configure(e *env.Reader) (gateway.Config, error) {
 	}
 	cfg.Policy.Seed.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	cfg.Policy.Payload = gateway.PayloadLimits{
+		MaxBytes: e.Int("LUCIUS_MAX_PAYLOAD_BYTES", gateway.DefaultMaxPayloadBytes),
+		MaxDepth: e.Int("LUCIUS_MAX_PAYLOAD_DEPTH", gateway.DefaultMaxPayloadDepth),
+	}
 	return cfg, nil
 }

@@ -28,6 +28,8 @@ type Policy struct {
 	// configuration rules, changed through the ConfigService.
 	Seed     config.Global
 	Topology routing.Topology
+	// Payload bounds a command's payload (checked before admission's rules).
+	Payload PayloadLimits
 }
 
 // admitted is a command that passed every rule, with what admission derived.

@@ -37,6 +37,7 @@ type commandService struct {
 	workflows *registry.Registry
 	config    *config.Watcher
 	topology  routing.Topology
+	payload   PayloadLimits
 	gate      *gate
 	log       *slog.Logger
 	submits   metric.Int64Counter
@@ -45,25 +46,30 @@ type commandService struct {
 var _ luciusv1.CommandServiceServer = (*commandService)(nil)
 
 func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, topology routing.Topology,
-	log *slog.Logger) (*commandService, error) {
+	payload PayloadLimits, log *slog.Logger) (*commandService, error) {
+	payload.defaults()
 	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
 		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited) and request type."))
 	if err != nil {
 		return nil, err
 	}
-	return &commandService{store: store, workflows: workflows, config: cfg, topology: topology, gate: newGate(100 * time.Millisecond),
+	return &commandService{store: store, workflows: workflows, config: cfg, topology: topology, payload: payload, gate: newGate(100 * time.Millisecond),
 		log: log, submits: submits}, nil
 }
 
-// Submit validates the envelope, derives the job id and stores the request with
-// its orchestrator-jobs message in one transaction, unless an admission limit
-// refuses it (429).
+// Submit bounds the payload, validates the envelope, derives the job id and
+// stores the request with its orchestrator-jobs message in one transaction,
+// unless an admission limit refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
 	// The tenant comes from the token: a partner submits only for its own.
 	if err := auth.RequireTenant(ctx, cmd.GetTenantId()); err != nil {
 		s.count(ctx, "forbidden", cmd.GetRequestType())
 		return nil, err
+	}
+	if vs := checkPayload(cmd.GetPayload(), s.payload); vs != nil {
+		s.count(ctx, "invalid", cmd.GetRequestType())
+		return nil, server.InvalidArgument(vs...).Err()
 	}
 	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.topology)
 	if err != nil {

@@ -58,10 +58,7 @@ func (s *configService) GetTenantConfig(ctx context.Context, req *luciusv1.GetTe
 }
 
 func (s *configService) ListTenantConfigs(ctx context.Context, req *luciusv1.ListTenantConfigsRequest) (*luciusv1.ListTenantConfigsResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 100
-	}
+	size := pageSize(req, 100)
 	var after string
 	if tok := req.GetPageToken(); tok != "" {
 		if err := decodeToken(tok, &after); err != nil || after == "" {

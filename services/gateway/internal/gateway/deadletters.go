@@ -28,10 +28,7 @@ var _ luciusv1.DeadLetterServiceServer = (*deadLetterService)(nil)
 
 // ListDeadLetters pages newest first; the page token is the last id seen.
 func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.ListDeadLettersRequest) (*luciusv1.ListDeadLettersResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 50
-	}
+	size := pageSize(req, 50)
 	filter := ledger.DeadLetterFilter{JobID: req.GetJobId(), Tenants: tenantScope(ctx), Limit: size + 1}
 	switch req.GetKind() {
 	case luciusv1.DeadLetterKind_DEAD_LETTER_KIND_STEP:

@@ -46,10 +46,7 @@ type jobCursor struct {
 
 // ListJobs lists jobs newest first with keyset pagination.
 func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest) (*luciusv1.ListJobsResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 50
-	}
+	size := pageSize(req, 50)
 	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Tenants: tenantScope(ctx), Limit: size + 1}
 	for _, st := range req.GetStatuses() {
 		filter.Statuses = append(filter.Statuses, jobStatusFromProto(st))
@@ -91,10 +88,7 @@ func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStep
 	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 1000
-	}
+	size := pageSize(req, 1000)
 	filter := ledger.StepFilter{Limit: size + 1}
 	if req.GetView() != luciusv1.StepView_STEP_VIEW_FULL {
 		filter.Kinds = []string{ledger.KindTask, ledger.KindChild}
@@ -135,10 +129,7 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEve
 	if _, err := visibleJob(ctx, s.store, req.GetJobId()); err != nil {
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 200
-	}
+	size := pageSize(req, 200)
 	after, err := decodeIDToken(req.GetPageToken(), 0)
 	if err != nil {
 		return nil, err

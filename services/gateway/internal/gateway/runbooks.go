@@ -235,10 +235,7 @@ type runbookCursor struct {
 // ListRunbooks pages every version by name, the latest version first. The
 // versions are few: the store lists them all and the page is cut here.
 func (s *runbookService) ListRunbooks(ctx context.Context, req *luciusv1.ListRunbooksRequest) (*luciusv1.ListRunbooksResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 100
-	}
+	size := pageSize(req, 100)
 	var after *runbookCursor
 	if tok := req.GetPageToken(); tok != "" {
 		after = &runbookCursor{}
@@ -374,10 +371,7 @@ func valuesField(key string) string {
 // ListBatches pages a runbook's batches, newest first; the page token is the
 // last batch id listed.
 func (s *runbookService) ListBatches(ctx context.Context, req *luciusv1.ListBatchesRequest) (*luciusv1.ListBatchesResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 50
-	}
+	size := pageSize(req, 50)
 	after, err := decodeIDToken(req.GetPageToken(), 1)
 	if err != nil {
 		return nil, err

@@ -40,10 +40,13 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return c.Service.Validate()
+	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate())
 }
 
-func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9090", "127.0.0.1:8080", 20) }
+func (c *Config) defaults() {
+	c.Service.Defaults("127.0.0.1:9090", "127.0.0.1:8080", 20)
+	c.Policy.Payload.defaults()
+}
 
 // Run serves the gateway until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
@@ -72,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	commands, err := newCommandService(store, workflows, live, cfg.Policy.Topology, log)
+	commands, err := newCommandService(store, workflows, live, cfg.Policy.Topology, cfg.Policy.Payload, log)
 	if err != nil {
 		return err
 	}

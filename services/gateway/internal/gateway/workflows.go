@@ -85,10 +85,7 @@ func (s *workflowService) GetWorkflow(ctx context.Context, req *luciusv1.GetWork
 
 // ListWorkflows lists the latest version of each workflow, by id.
 func (s *workflowService) ListWorkflows(ctx context.Context, req *luciusv1.ListWorkflowsRequest) (*luciusv1.ListWorkflowsResponse, error) {
-	size := int(req.GetPageSize())
-	if size == 0 {
-		size = 100
-	}
+	size := pageSize(req, 100)
 	var after string
 	if tok := req.GetPageToken(); tok != "" {
 		if err := decodeToken(tok, &after); err != nil || after == "" {

@@ -68,6 +68,7 @@ type settings struct {
 	maxConns     int
 	pollInterval time.Duration
 	retention    time.Duration
+	limits       server.Limits // the HTTP listener's timeouts and header cap
 	telemetry    telemetry.Config
 	// auth checks the operator token /metrics requires.
 	auth auth.Config
@@ -85,6 +86,7 @@ func readSettings(e *env.Reader) (settings, error) {
 		maxConns:     e.Int("LUCIUS_DB_MAX_CONNS", 10),
 		pollInterval: e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
 		retention:    e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
+		limits:       process.ReadLimits(e),
 		telemetry:    process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
 		runner: worker.Config{
 			WorkerID:       instance,
@@ -116,6 +118,9 @@ func readSettings(e *env.Reader) (settings, error) {
 	var errs []error
 	if len(services) == 0 {
 		errs = append(errs, errors.New("LUCIUS_WORKER_SERVICE names no service"))
+	}
+	if err := s.limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	seen := map[string]bool{}
 	for _, service := range services {
@@ -227,7 +232,7 @@ func run() error {
 		return err
 	}
 	ops := auth.NewGuard(authn, log).HTTP(tel.Ops) // /metrics needs an operator token
-	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, ops, ready)), Listener: ln}
+	httpRunner := server.HTTPRunner{Server: server.NewHTTPServer(server.NewHTTPMux(nil, ops, ready), s.limits), Listener: ln}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
