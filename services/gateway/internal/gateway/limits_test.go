@@ -292,7 +292,9 @@ func TestGatewayBoundsRequestsOverRESTAndGRPC(t *testing.T) {
 				t.Fatalf("submit %d: %d %.300v", i, code, resp)
 			}
 		}
-		resp, err := f.httpc.Get(f.base + "/v1/jobs")
+		req, _ := http.NewRequest(http.MethodGet, f.base+"/v1/jobs", nil)
+		req.Header.Set("Authorization", "Bearer "+f.operator)
+		resp, err := f.httpc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
