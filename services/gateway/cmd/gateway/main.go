@@ -8,6 +8,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -38,5 +39,6 @@ func configure(e *env.Reader) (gateway.Config, error) {
 	}
 	cfg.Policy.Seed.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
 	return cfg, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -36,12 +37,15 @@ type Config struct {
 	// WorkflowsDir holds definitions (and a handlers.yaml) registered at start,
 	// after the built-in ones. Optional.
 	WorkflowsDir string
-	Policy       Policy
+	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
+	// workflow's defaults); every process should have the same.
+	WorkflowLimits workflow.Limits
+	Policy         Policy
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return c.Service.Validate()
+	return errors.Join(c.Service.Validate(), c.WorkflowLimits.Validate())
 }
 
 func (c *Config) defaults() { c.Service.Defaults("127.0.0.1:9090", "127.0.0.1:8080", 20) }
@@ -68,7 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
-	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
+	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir, cfg.WorkflowLimits)
 	if err != nil {
 		return err
 	}
