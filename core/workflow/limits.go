@@ -88,7 +88,8 @@ func (l Limits) Validate() error {
 // alone: a definition over a limit is not checked further.
 type LimitError struct {
 	// Limit names the limit: max_source_bytes, max_depth, max_nodes,
-	// max_edges, max_fan_out or max_expansion_bytes.
+	// max_edges, max_fan_out, max_expansion_bytes, or alias_expansion (YAML
+	// aliases may at most double a document's nodes; not configurable).
 	Limit string
 	// Max is the limit's value; Value what was found (when counting stopped
 	// early, the count at which it stopped).
@@ -106,19 +107,52 @@ func limitErr(limit string, max, value int, where, format string, args ...any) *
 	return &LimitError{Limit: limit, Max: max, Value: value, Where: where, Msg: msg}
 }
 
-// depth returns the nesting depth of YAML collections under n, stopping as
-// soon as it passes limit. Aliases are not followed (the decoder bounds their
-// expansion).
-func depth(n *yaml.Node, limit int) (int, *yaml.Node) {
+// aliasFloor is the expanded size every document may reach, however small.
+const aliasFloor = 10000
+
+// aliasBound is how many YAML nodes a document of literal nodes may expand
+// into through aliases: twice its own, and at least aliasFloor. Anchors for
+// shared blocks (a retry policy, common params) stay well within it; an
+// alias bomb does not.
+func aliasBound(literal int) int { return max(2*literal, aliasFloor) }
+
+// expandedSize counts the YAML nodes under n with aliases expanded, each
+// anchor's size computed once; it stops once the count passes limit.
+func expandedSize(n *yaml.Node, limit int, memo map[*yaml.Node]int) int {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		if size, ok := memo[n.Alias]; ok {
+			if size < 0 { // an anchor containing itself
+				return limit + 1
+			}
+			return size
+		}
+		memo[n.Alias] = -1
+		size := expandedSize(n.Alias, limit, memo)
+		memo[n.Alias] = size
+		return size
+	}
+	size := 1
+	for _, c := range n.Content {
+		if size += expandedSize(c, limit, memo); size > limit {
+			return size
+		}
+	}
+	return size
+}
+
+// depth returns the nesting depth of YAML collections under n and how many
+// YAML nodes it has, stopping as soon as the depth passes limit. Aliases are
+// not followed (expandedSize bounds what they add).
+func depth(n *yaml.Node, limit int) (deepest, count int, at *yaml.Node) {
 	type item struct {
 		n *yaml.Node
 		d int
 	}
-	deepest := 0
 	stack := []item{{n, 0}}
 	for len(stack) > 0 {
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		count++
 		d := it.d
 		if it.n.Kind == yaml.MappingNode || it.n.Kind == yaml.SequenceNode {
 			d++
@@ -126,12 +160,12 @@ func depth(n *yaml.Node, limit int) (int, *yaml.Node) {
 		if d > deepest {
 			deepest = d
 			if d > limit {
-				return d, it.n
+				return d, count, it.n
 			}
 		}
 		for _, c := range it.n.Content {
 			stack = append(stack, item{c, d})
 		}
 	}
-	return deepest, nil
+	return deepest, count, nil
 }

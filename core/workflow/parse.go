@@ -130,8 +130,14 @@ func ParseWithLimits(file string, data []byte, catalog Catalog, limits Limits) (
 // further: nesting depth, nodes and edges.
 func checkSize(file string, root *yaml.Node, l Limits) error {
 	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", file, n.Line, n.Column) }
-	if d, deep := depth(root, l.MaxDepth); deep != nil {
+	d, literal, deep := depth(root, l.MaxDepth)
+	if deep != nil {
 		return limitErr("max_depth", l.MaxDepth, d, at(deep), "YAML maps and lists nest %d deep here", d)
+	}
+	bound := aliasBound(literal)
+	if size := expandedSize(root, bound, map[*yaml.Node]int{}); size > bound {
+		return limitErr("alias_expansion", bound, size, file+":1:1",
+			"YAML aliases expand the document's %d nodes to at least %d", literal, size)
 	}
 	nodes := valueOf(root, "nodes")
 	if nodes == nil || nodes.Kind != yaml.MappingNode {
