@@ -114,6 +114,10 @@ up: build ## run the whole suite in the foreground; Ctrl-C stops it
 bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and submit→SUCCEEDED latency
 	$(BIN)/lucius-bench -bin $(BIN) $(BENCH_FLAGS)
 
+.PHONY: bench-defsize
+bench-defsize: build ## what a workflow definition's size costs: 15,000 nodes refused by default; 1k/5k/15k nodes validated, registered, submitted, with peak RSS per process
+	$(BIN)/lucius-bench -bin $(BIN) -defsize $(BENCH_FLAGS)
+
 .PHONY: chaos
 chaos: build ## SIGKILL and restart processes (and PostgreSQL once) under 500 three-step jobs, check the ledger, print the report
 	$(BIN)/lucius-chaos -bin $(BIN) $(CHAOS_FLAGS)

@@ -13,6 +13,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // succeedWith reports step success with an output.
@@ -310,5 +311,71 @@ func TestRegisteredWorkflowRunsWithoutCodeChanges(t *testing.T) {
 	}
 	if got := f.step(q.JobId, "join").Status; got != ledger.StepSucceeded {
 		t.Fatalf("join is %s", got)
+	}
+}
+
+// spreadYAML fans out over inputs.items; each child's params repeat the whole
+// array, so the children's params grow with the square of its length.
+const spreadYAML = `workflow_id: spread
+version: 1
+inputs:
+  items: {type: list, required: true}
+nodes:
+  START: {type: start, next: each}
+  each:
+    type: fan_out
+    over: "{{ inputs.items }}"
+    task:
+      handler: OCR
+      params: {item: "{{ item }}", all: "{{ inputs.items }}"}
+    next: END
+  END: {type: end}
+`
+
+func TestFanOutOverTheLimitsFailsTheJobWithoutCreatingChildren(t *testing.T) {
+	t.Parallel()
+	limits := workflow.Limits{MaxFanOut: 10, MaxExpansionBytes: 3000}
+	word := strings.Repeat("x", 30)
+	items := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = word
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		items    int
+		children int    // created
+		reason   string // in the job's reason when it fails
+	}{
+		{"within both limits", 8, 8, ""}, // 8 children × about 310 bytes
+		{"wider than max_fan_out", 11, 0, "max_fan_out"},
+		{"params over max_expansion_bytes", 10, 0, "max_expansion_bytes"}, // 10 × about 380 bytes
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setupWithLimits(t, limits)
+			if _, _, err := f.reg.Register(f.ctx, "spread.yaml", []byte(spreadYAML)); err != nil {
+				t.Fatal(err)
+			}
+			q := f.acceptWith("spread", map[string]any{"items": items(tc.items)}, "")
+			job := f.job(f.create(q).JobID)
+			if got := len(f.steps(q.JobId)); got != tc.children {
+				t.Errorf("%d children created, want %d", got, tc.children)
+			}
+			if tc.reason == "" {
+				if job.Status.Terminal() {
+					t.Fatalf("job %s: %s", job.Status, job.Reason)
+				}
+				return
+			}
+			if job.Status != ledger.JobFailedFinal || !strings.Contains(job.Reason, tc.reason) || !strings.Contains(job.Reason, "each") {
+				t.Fatalf("job %s with reason %q, want FAILED_FINAL naming %s and the fan_out", job.Status, job.Reason, tc.reason)
+			}
+			if s := f.step(q.JobId, "each"); s.Status != ledger.StepFailedFinal {
+				t.Errorf("fan_out step is %s, want FAILED_FINAL", s.Status)
+			}
+		})
 	}
 }

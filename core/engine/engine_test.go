@@ -56,10 +56,16 @@ func (c *clock) Advance(d time.Duration) {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
+	return setupWithLimits(t, workflow.Limits{})
+}
+
+// setupWithLimits is setup with a registry whose definitions have limits.
+func setupWithLimits(t *testing.T, limits workflow.Limits) *fixture {
+	t.Helper()
 	pool, waits := pgtest.NewCountingPool(t)
 	store := ledger.New(pool, nil)
 	t.Cleanup(store.Close)
-	reg := registry.New(store)
+	reg := registry.New(store, limits)
 	if _, err := reg.Load(context.Background(), workflow.BuiltinFiles()); err != nil {
 		t.Fatal(err)
 	}

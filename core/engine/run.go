@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -56,6 +57,11 @@ func (r *run) advance(ctx context.Context) error {
 	}
 	for _, a := range workflow.Evaluate(r.def, st) {
 		if err := r.apply(ctx, a); err != nil {
+			if le, ok := errors.AsType[*workflow.LimitError](err); ok {
+				// The job asked for more than the limits allow: it fails,
+				// and nothing after the refused action is applied.
+				return finish(ctx, r.tx, r.job, r.nodes, ledger.JobFailedFinal, "STEP_FAILED", le.Error(), r.now)
+			}
 			return err
 		}
 	}
@@ -185,15 +191,28 @@ func (r *run) resolve(ctx context.Context, a workflow.Action) error {
 	return r.tx.UpdateStep(ctx, s)
 }
 
-// expand creates a fan-out's children with their params rendered.
+// expand creates a fan-out's children with their params rendered. The
+// children's params together may not pass the workflow's MaxExpansionBytes
+// (a template such as {{ inputs.items }} repeats per child): rendering stops
+// there, the fan-out fails and a *workflow.LimitError says why.
 func (r *run) expand(ctx context.Context, a workflow.Action) error {
 	parent := r.nodes[a.Node]
 	node, _ := r.def.Node(a.Node)
 	kids := make([]ledger.Step, len(a.Items))
+	limit, rendered := r.def.Limits().MaxExpansionBytes, 0
 	for i, item := range a.Items {
 		params, err := json.Marshal(r.def.ChildParams(a.Node, r.inputs, r.output, item, i))
 		if err != nil {
 			return err
+		}
+		if rendered += len(params); rendered > limit {
+			setStepStatus(r.tx, parent, ledger.StepFailedFinal, "MAX_EXPANSION_BYTES", r.now)
+			if err := r.tx.UpdateStep(ctx, parent); err != nil {
+				return err
+			}
+			return &workflow.LimitError{Limit: "max_expansion_bytes", Max: limit, Value: rendered, Where: "fan_out " + a.Node,
+				Msg: fmt.Sprintf("the params of its first %d of %d children render to %d bytes, more than the limit of %d (max_expansion_bytes)",
+					i+1, len(a.Items), rendered, limit)}
 		}
 		kids[i] = ledger.Step{JobID: r.job.JobID, StepID: workflow.ChildStepID(a.Node, i), NodeID: a.Node,
 			Kind: ledger.KindChild, Parent: parent.StepID, ChildNo: i, Index: parent.Index, Type: node.Task.Handler,

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -27,8 +28,8 @@ const LatestTTL = 500 * time.Millisecond
 // Open returns a registry holding the built-in definitions and those in dir
 // (if any; with its handlers.yaml), registered now so every process started
 // with the same files agrees on them.
-func Open(ctx context.Context, store *ledger.Store, dir string) (*Registry, error) {
-	reg := New(store)
+func Open(ctx context.Context, store *ledger.Store, dir string, limits workflow.Limits) (*Registry, error) {
+	reg := New(store, limits)
 	if _, err := reg.Load(ctx, workflow.BuiltinFiles()); err != nil {
 		return nil, fmt.Errorf("built-in workflows: %w", err)
 	}
@@ -42,7 +43,8 @@ func Open(ctx context.Context, store *ledger.Store, dir string) (*Registry, erro
 
 // Registry reads and writes definitions through a ledger store.
 type Registry struct {
-	store *ledger.Store
+	store  *ledger.Store
+	limits workflow.Limits
 
 	mu       sync.Mutex
 	versions map[string]*workflow.Definition // by Key()
@@ -54,9 +56,31 @@ type latestEntry struct {
 	at  time.Time
 }
 
-// New returns a registry over store.
-func New(store *ledger.Store) *Registry {
-	return &Registry{store: store, versions: map[string]*workflow.Definition{}, latest: map[string]latestEntry{}}
+// New returns a registry over store whose definitions must keep within
+// limits (zero fields: the defaults). Every process parsing definitions
+// (gateway, orchestrators, reconciler) should be given the same limits: a
+// stored definition over a process's limits does not load there, and its
+// jobs fail to start.
+func New(store *ledger.Store, limits workflow.Limits) *Registry {
+	return &Registry{store: store, limits: limits.WithDefaults(), versions: map[string]*workflow.Definition{}, latest: map[string]latestEntry{}}
+}
+
+// Limits are the limits definitions are parsed with.
+func (r *Registry) Limits() workflow.Limits { return r.limits }
+
+// LimitsFromEnv reads workflow limits from the environment (for mains):
+// LUCIUS_WORKFLOW_MAX_BYTES, LUCIUS_WORKFLOW_MAX_DEPTH,
+// LUCIUS_WORKFLOW_MAX_NODES, LUCIUS_WORKFLOW_MAX_EDGES,
+// LUCIUS_WORKFLOW_MAX_FANOUT and LUCIUS_WORKFLOW_MAX_EXPANSION_BYTES.
+func LimitsFromEnv(e *env.Reader) workflow.Limits {
+	return workflow.Limits{
+		MaxSourceBytes:    e.Int("LUCIUS_WORKFLOW_MAX_BYTES", workflow.DefaultMaxSourceBytes),
+		MaxDepth:          e.Int("LUCIUS_WORKFLOW_MAX_DEPTH", workflow.DefaultMaxDepth),
+		MaxNodes:          e.Int("LUCIUS_WORKFLOW_MAX_NODES", workflow.DefaultMaxNodes),
+		MaxEdges:          e.Int("LUCIUS_WORKFLOW_MAX_EDGES", workflow.DefaultMaxEdges),
+		MaxFanOut:         e.Int("LUCIUS_WORKFLOW_MAX_FANOUT", workflow.DefaultMaxFanOut),
+		MaxExpansionBytes: e.Int("LUCIUS_WORKFLOW_MAX_EXPANSION_BYTES", workflow.DefaultMaxExpansionBytes),
+	}
 }
 
 // Errors of Register.
@@ -86,7 +110,7 @@ func (r *Registry) Validate(ctx context.Context, file string, source []byte) (*w
 	if err != nil {
 		return nil, err
 	}
-	d, err := workflow.Parse(file, source, c)
+	d, err := workflow.ParseWithLimits(file, source, c, r.limits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -193,7 +217,7 @@ func (r *Registry) Get(ctx context.Context, workflowID string, version int) (*wo
 		if err != nil {
 			return nil, err
 		}
-		if d, err = workflow.Parse(fmt.Sprintf("%s@%d", stored.WorkflowID, stored.Version), stored.Source, c); err != nil {
+		if d, err = workflow.ParseWithLimits(fmt.Sprintf("%s@%d", stored.WorkflowID, stored.Version), stored.Source, c, r.limits); err != nil {
 			return nil, fmt.Errorf("stored workflow %s@%d no longer validates: %w", stored.WorkflowID, stored.Version, err)
 		}
 	}

@@ -47,7 +47,7 @@ func Parse(file string, src []byte) (*Runbook, error) {
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		doc = doc.Content[0]
 	}
-	p.noAliases(doc)
+	p.noAliases(doc, 0)
 	if err := p.failed(); err != nil {
 		return nil, err
 	}
@@ -139,14 +139,22 @@ func position(src []byte, offset int) (int, int) {
 }
 
 // noAliases rejects anchors' aliases: they would let a small document
-// expand into a huge one, and runbooks do not need them.
-func (p *parser) noAliases(n *yaml.Node) {
-	if n.Kind == yaml.AliasNode {
+// expand into a huge one, and runbooks do not need them. It also bounds the
+// nesting of maps and lists to MaxDepth, so what reads the tree later
+// (params, their templates) recurses a bounded depth.
+func (p *parser) noAliases(n *yaml.Node, depth int) {
+	switch n.Kind {
+	case yaml.AliasNode:
 		p.errAt(n, "YAML aliases (*%s) are not supported; write the value out", n.Value)
 		return
+	case yaml.MappingNode, yaml.SequenceNode:
+		if depth++; depth > MaxDepth {
+			p.errAt(n, "YAML maps and lists nest more than %d deep here", MaxDepth)
+			return
+		}
 	}
 	for _, c := range n.Content {
-		p.noAliases(c)
+		p.noAliases(c, depth)
 	}
 }
 

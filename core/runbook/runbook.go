@@ -118,6 +118,9 @@ const (
 const (
 	// MaxSourceBytes bounds a runbook's YAML.
 	MaxSourceBytes = 1 << 20
+	// MaxDepth bounds the nesting of YAML maps and lists (a step's params
+	// start at depth 6).
+	MaxDepth = 32
 	// MaxColumns bounds data_source.columns (PostgreSQL allows 1600 columns a table).
 	MaxColumns = 1000
 	// MaxVersion is the largest version (the column is a PostgreSQL int).

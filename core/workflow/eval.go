@@ -97,14 +97,12 @@ type Action struct {
 // to a fixpoint. It does not change state. The engine applies the actions
 // (in order) in one transaction.
 func Evaluate(d *Definition, st State) []Action {
-	e := &evaluator{d: d, st: st, work: map[string]*NodeState{}}
-	for _, n := range d.Nodes {
-		ns := &NodeState{Status: Pending}
+	e := &evaluator{d: d, st: st, work: make([]NodeState, len(d.Nodes)), maxFanOut: d.Limits().MaxFanOut}
+	for i, n := range d.Nodes {
+		e.work[i] = NodeState{Status: Pending}
 		if cur, ok := st.Nodes[n.ID]; ok && cur != nil {
-			copied := *cur
-			ns = &copied
+			e.work[i] = *cur
 		}
-		e.work[n.ID] = ns
 	}
 	for e.pass() {
 	}
@@ -112,13 +110,17 @@ func Evaluate(d *Definition, st State) []Action {
 }
 
 type evaluator struct {
-	d       *Definition
-	st      State
-	work    map[string]*NodeState
-	actions []Action
-	failed  string // reason of an unhandled failure
-	handled []string
+	d         *Definition
+	st        State
+	work      []NodeState // by node index
+	actions   []Action
+	failed    string // reason of an unhandled failure
+	handled   []string
+	maxFanOut int
 }
+
+// state is a node's working state.
+func (e *evaluator) state(n *Node) *NodeState { return &e.work[n.index] }
 
 // pass visits the nodes in topological order once; it reports whether
 // anything changed, so the caller repeats until nothing does.
@@ -133,7 +135,7 @@ func (e *evaluator) pass() bool {
 }
 
 func (e *evaluator) step(n *Node) bool {
-	ns := e.work[n.ID]
+	ns := e.state(n)
 	switch {
 	case ns.Status == FailedFinal:
 		e.noteFailure(n)
@@ -151,7 +153,7 @@ func (e *evaluator) step(n *Node) bool {
 	}
 	// A pending node: its incoming edges decide.
 	succeeded, pending := 0, 0
-	for _, p := range e.d.Preds(n.ID) {
+	for _, p := range n.preds {
 		switch e.edge(p, n) {
 		case Succeeded:
 			succeeded++
@@ -190,6 +192,11 @@ func (e *evaluator) step(n *Node) bool {
 		items, ok := n.Over.Render(e.scope()).([]any)
 		if !ok {
 			e.fail(fmt.Sprintf("fan_out %s: %s is not an array", n.ID, n.Over.whole))
+			e.resolve(n, FailedFinal, nil)
+			return true
+		}
+		if len(items) > e.maxFanOut {
+			e.fail(limitErr("max_fan_out", e.maxFanOut, len(items), "fan_out "+n.ID, "%s has %d items", n.Over.whole, len(items)).Error())
 			e.resolve(n, FailedFinal, nil)
 			return true
 		}
@@ -240,9 +247,7 @@ func (e *evaluator) fanOutProgress(n *Node, ns *NodeState) bool {
 // edge is the state of the edge p → n: SUCCEEDED when it carries control,
 // SKIPPED when it never will, PENDING while p is unresolved.
 func (e *evaluator) edge(p, n *Node) Status {
-	ps := e.work[p.ID]
-	onFailure := p.Type == TypeTask && p.Task.OnFailure == n.ID
-	onNext := contains(p.Next, n.ID)
+	ps := e.state(p)
 	switch ps.Status {
 	case Succeeded:
 		if p.Type == TypeConditional {
@@ -251,12 +256,12 @@ func (e *evaluator) edge(p, n *Node) Status {
 			}
 			return Skipped
 		}
-		if onNext {
+		if p.leadsTo(n.ID) {
 			return Succeeded
 		}
 		return Skipped
 	case FailedFinal:
-		if onFailure {
+		if p.Type == TypeTask && p.Task.OnFailure == n.ID {
 			return Succeeded
 		}
 		return Skipped
@@ -270,12 +275,11 @@ func (e *evaluator) edge(p, n *Node) Status {
 // over, otherwise it fails the job.
 func (e *evaluator) noteFailure(n *Node) {
 	if n.Type == TypeTask && n.Task.OnFailure != "" {
-		for _, h := range e.handled {
-			if h == n.ID {
-				return
-			}
+		// Noted once per node: only a FAILED_FINAL node in its first pass gets
+		// here with an on_failure path, and the list stays that long at most.
+		if !contains(e.handled, n.ID) {
+			e.handled = append(e.handled, n.ID)
 		}
-		e.handled = append(e.handled, n.ID)
 		return
 	}
 	e.fail(fmt.Sprintf("%s %s failed", n.Type, n.ID))
@@ -290,7 +294,7 @@ func (e *evaluator) fail(reason string) {
 func (e *evaluator) stopping() bool { return e.st.Cancelling || e.failed != "" }
 
 func (e *evaluator) resolve(n *Node, s Status, output any) {
-	ns := e.work[n.ID]
+	ns := e.state(n)
 	ns.Status, ns.Output = s, output
 	e.actions = append(e.actions, Action{Kind: ActResolve, Node: n.ID, Status: s, Output: output})
 }
@@ -299,8 +303,8 @@ func (e *evaluator) resolve(n *Node, s Status, output any) {
 // in declaration order; a fan_out contributes its children's outputs in index order.
 func (e *evaluator) gather(n *Node) []any {
 	out := []any{}
-	for _, p := range e.d.Preds(n.ID) {
-		ps := e.work[p.ID]
+	for _, p := range n.preds {
+		ps := e.state(p)
 		if e.edge(p, n) != Succeeded {
 			continue
 		}
@@ -315,11 +319,11 @@ func (e *evaluator) gather(n *Node) []any {
 
 func (e *evaluator) scope() Scope {
 	return Scope{Inputs: e.st.Inputs, Output: func(id string) (any, bool) {
-		ns, ok := e.work[id]
-		if !ok || ns.Status != Succeeded {
+		n, ok := e.d.byID[id]
+		if !ok || e.work[n.index].Status != Succeeded {
 			return nil, false
 		}
-		return ns.Output, true
+		return e.work[n.index].Output, true
 	}}
 }
 
@@ -353,7 +357,7 @@ func (e *evaluator) finish() []Action {
 	running := false
 	unresolved := false
 	for _, n := range e.d.Nodes {
-		ns := e.work[n.ID]
+		ns := e.state(n)
 		if ns.Status.Running() || (n.Type == TypeFanOut && ns.Children.Running > 0) {
 			running = true
 		}

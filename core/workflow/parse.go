@@ -76,12 +76,31 @@ var allowedKeys = map[string][]string{
 	"fan_out.task":  {"handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "retry", "description"},
 }
 
-// Parse decodes and validates a definition. Every problem is reported, each
-// prefixed with file:line:column and, where it concerns a node, the node's id.
+// Parse decodes and validates a definition within the default Limits.
 func Parse(file string, data []byte, catalog Catalog) (*Definition, error) {
+	return ParseWithLimits(file, data, catalog, Limits{})
+}
+
+// ParseWithLimits decodes and validates a definition. Every problem is
+// reported, each prefixed with file:line:column and, where it concerns a node,
+// the node's id. A definition over a limit is refused with a *LimitError
+// alone, found by counting before the work that grows with the definition.
+// Parsing and validation cost time and memory linear in the definition's
+// size, except the check that each {{ nodes.X.output }} names an upstream
+// node: a search upstream from each referring node, pruned to the nodes
+// between X and it in topological order.
+func ParseWithLimits(file string, data []byte, catalog Catalog, limits Limits) (*Definition, error) {
+	limits = limits.WithDefaults()
+	if len(data) > limits.MaxSourceBytes {
+		return nil, limitErr("max_source_bytes", limits.MaxSourceBytes, len(data), file+":1:1",
+			"the definition is %d bytes", len(data))
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := checkSize(file, &root, limits); err != nil {
+		return nil, err
 	}
 	var raw rawDef
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -91,7 +110,7 @@ func Parse(file string, data []byte, catalog Catalog) (*Definition, error) {
 	}
 	p := &parser{file: file, root: &root, catalog: catalog,
 		def: &Definition{ID: raw.WorkflowID, Name: raw.Name, Version: raw.Version, Description: raw.Description,
-			Inputs: map[string]Input{}, Source: data, byID: map[string]*Node{}, preds: map[string][]*Node{}}}
+			Inputs: map[string]Input{}, Source: data, limits: limits}}
 	p.header(&raw)
 	p.inputs(&raw)
 	p.nodes(&raw)
@@ -105,6 +124,45 @@ func Parse(file string, data []byte, catalog Catalog) (*Definition, error) {
 		return nil, errors.Join(p.errs...)
 	}
 	return p.def, nil
+}
+
+// checkSize counts what Limits bound in the YAML tree, before it is decoded
+// further: nesting depth, nodes and edges.
+func checkSize(file string, root *yaml.Node, l Limits) error {
+	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", file, n.Line, n.Column) }
+	d, literal, deep := depth(root, l.MaxDepth)
+	if deep != nil {
+		return limitErr("max_depth", l.MaxDepth, d, at(deep), "YAML maps and lists nest %d deep here", d)
+	}
+	bound := aliasBound(literal)
+	if size := expandedSize(root, bound, map[*yaml.Node]int{}); size > bound {
+		return limitErr("alias_expansion", bound, size, file+":1:1",
+			"YAML aliases expand the document's %d nodes to at least %d", literal, size)
+	}
+	nodes := valueOf(root, "nodes")
+	if nodes == nil || nodes.Kind != yaml.MappingNode {
+		return nil // reported by the parser
+	}
+	if n := len(nodes.Content) / 2; n > l.MaxNodes {
+		return limitErr("max_nodes", l.MaxNodes, n, at(nodes.Content[2*l.MaxNodes]), "the workflow has %d nodes", n)
+	}
+	edges := 0
+	for i := 1; i < len(nodes.Content); i += 2 {
+		for _, key := range []string{"next", "branches", "on_failure"} {
+			v := valueOfChild(nodes.Content[i], key)
+			switch v.Kind {
+			case yaml.ScalarNode:
+				edges++
+			case yaml.SequenceNode:
+				edges += len(v.Content)
+			}
+		}
+		if edges > l.MaxEdges {
+			return limitErr("max_edges", l.MaxEdges, edges, at(nodes.Content[i-1]),
+				"the workflow has %d edges (next, branches, on_failure) by node %s", edges, nodes.Content[i-1].Value)
+		}
+	}
+	return nil
 }
 
 type parser struct {
@@ -220,7 +278,9 @@ func valueOf(root *yaml.Node, key string) *yaml.Node {
 
 func (p *parser) nodes(raw *rawDef) {
 	m := &raw.Nodes
-	p.keyNodes, p.valueNodes = map[string]*yaml.Node{}, map[string]*yaml.Node{}
+	size := len(m.Content) / 2
+	p.keyNodes, p.valueNodes = make(map[string]*yaml.Node, size), make(map[string]*yaml.Node, size)
+	p.def.byID = make(map[string]*Node, size)
 	if m.Kind != yaml.MappingNode || len(m.Content) == 0 {
 		p.errAt(p.top("nodes"), "nodes must be a mapping of node ids to nodes")
 		return
@@ -257,6 +317,7 @@ func (p *parser) nodes(raw *rawDef) {
 		case TypeFanOut:
 			p.fanOut(id, val, n, &rn)
 		}
+		n.index = len(p.def.Nodes)
 		p.def.Nodes = append(p.def.Nodes, n)
 		p.def.byID[id] = n
 	}
@@ -484,7 +545,13 @@ func (p *parser) graph() {
 			case target.Type == TypeStart:
 				p.nodeErr(n.ID, "next", "leads to the start node %s", to)
 			default:
-				d.preds[to] = append(d.preds[to], n)
+				target.preds = append(target.preds, n)
+			}
+		}
+		if len(n.Next) > nextSetMin {
+			n.nextSet = make(map[string]bool, len(n.Next))
+			for _, to := range n.Next {
+				n.nextSet[to] = true
 			}
 		}
 	}
@@ -498,58 +565,65 @@ func (p *parser) graph() {
 		return
 	}
 	// Kahn's algorithm: what is left over sits on a cycle.
-	indeg := map[string]int{}
+	indeg := make([]int, len(d.Nodes))
+	queue := make([]*Node, 0, len(d.Nodes))
 	for _, n := range d.Nodes {
-		indeg[n.ID] = len(d.preds[n.ID])
-	}
-	queue := []*Node{}
-	for _, n := range d.Nodes {
-		if indeg[n.ID] == 0 {
+		if indeg[n.index] = len(n.preds); indeg[n.index] == 0 {
 			queue = append(queue, n)
 		}
 	}
+	d.order = make([]*Node, 0, len(d.Nodes))
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
+		n.topo = len(d.order)
 		d.order = append(d.order, n)
 		for _, to := range n.edges() {
-			if indeg[to]--; indeg[to] == 0 {
-				queue = append(queue, d.byID[to])
+			t := d.byID[to]
+			if indeg[t.index]--; indeg[t.index] == 0 {
+				queue = append(queue, t)
 			}
 		}
 	}
 	if len(d.order) != len(d.Nodes) {
 		for _, n := range d.Nodes {
-			if indeg[n.ID] > 0 {
+			if indeg[n.index] > 0 {
 				p.nodeErr(n.ID, "", "is part of a cycle")
 			}
 		}
 		return
 	}
-	reached := map[string]bool{}
-	var walk func(id string)
-	walk = func(id string) {
-		if reached[id] {
-			return
+	// In topological order, a node is reached when start is, or when any
+	// predecessor is.
+	reached := make([]bool, len(d.Nodes))
+	for _, n := range d.order {
+		if n == starts[0] {
+			reached[n.index] = true
+			continue
 		}
-		reached[id] = true
-		for _, to := range d.byID[id].edges() {
-			walk(to)
+		for _, pred := range n.preds {
+			if reached[pred.index] {
+				reached[n.index] = true
+				break
+			}
 		}
 	}
-	walk(starts[0].ID)
 	for _, n := range d.Nodes {
-		if !reached[n.ID] {
+		if !reached[n.index] {
 			p.nodeErr(n.ID, "", "is not reachable from the start node %s", starts[0].ID)
 		}
 	}
 }
 
+// nextSetMin is the length of a next list from which a node keeps a set of
+// it, so the evaluator's edge lookups stay constant-time on wide nodes.
+const nextSetMin = 8
+
 // templates checks every reference: inputs must be declared, nodes must be
 // upstream, item and index only inside a fan_out's task.
 func (p *parser) templates() {
 	d := p.def
-	ancestors := p.ancestors()
+	up := newUpstream(len(d.Nodes))
 	check := func(n *Node, where string, t *Template, childScope bool) {
 		for _, r := range t.Refs() {
 			switch r.Root {
@@ -558,9 +632,9 @@ func (p *parser) templates() {
 					p.nodeErr(n.ID, where, "%s refers to undeclared input %q", r, r.Name)
 				}
 			case "nodes":
-				if _, ok := d.byID[r.Name]; !ok {
+				if target, ok := d.byID[r.Name]; !ok {
 					p.nodeErr(n.ID, where, "%s refers to unknown node %q", r, r.Name)
-				} else if !ancestors[n.ID][r.Name] {
+				} else if !up.of(target, n) {
 					p.nodeErr(n.ID, where, "%s refers to node %s, which is not upstream of %s", r, r.Name, n.ID)
 				}
 			case "item", "index":
@@ -578,8 +652,8 @@ func (p *parser) templates() {
 			check(n, "over", n.Over, false)
 		}
 		if n.Task != nil {
-			for _, t := range n.Task.Params {
-				check(n, "params", t, n.Type == TypeFanOut)
+			for _, k := range sortedKeys(n.Task.Params) {
+				check(n, "params", n.Task.Params[k], n.Type == TypeFanOut)
 			}
 			if n.Task.ParamsFrom != nil {
 				check(n, "params", n.Task.ParamsFrom, n.Type == TypeFanOut)
@@ -588,21 +662,50 @@ func (p *parser) templates() {
 	}
 }
 
-// ancestors maps each node to the set of nodes upstream of it.
-func (p *parser) ancestors() map[string]map[string]bool {
-	d := p.def
-	out := map[string]map[string]bool{}
-	for _, n := range d.order {
-		set := map[string]bool{}
-		for _, pred := range d.preds[n.ID] {
-			set[pred.ID] = true
-			for a := range out[pred.ID] {
-				set[a] = true
+// upstream answers "is a upstream of n?" by searching n's predecessors
+// backwards, skipping nodes before a in topological order (they cannot lie on
+// a path from a). The visited marks are reused between searches, so a check
+// allocates nothing once the queue has grown; a reference to a nearby node
+// costs a few steps, one to a distant node at most the nodes between them.
+type upstream struct {
+	mark  []int // search number that visited a node, by index
+	n     int   // the current search's number
+	queue []*Node
+	last  *Node          // the node the last search started from
+	found map[*Node]bool // its answers so far
+}
+
+func newUpstream(nodes int) *upstream { return &upstream{mark: make([]int, nodes)} }
+
+func (u *upstream) of(a, n *Node) bool {
+	if a.topo >= n.topo {
+		return false
+	}
+	if u.last != n {
+		u.last, u.found = n, map[*Node]bool{}
+	} else if ok, seen := u.found[a]; seen {
+		return ok
+	}
+	u.n++
+	u.queue = append(u.queue[:0], n)
+	u.mark[n.index] = u.n
+	found := false
+	for len(u.queue) > 0 && !found {
+		cur := u.queue[len(u.queue)-1]
+		u.queue = u.queue[:len(u.queue)-1]
+		for _, pred := range cur.preds {
+			if pred == a {
+				found = true
+				break
+			}
+			if pred.topo > a.topo && u.mark[pred.index] != u.n {
+				u.mark[pred.index] = u.n
+				u.queue = append(u.queue, pred)
 			}
 		}
-		out[n.ID] = set
 	}
-	return out
+	u.found[a] = found
+	return found
 }
 
 func seconds(n int, def time.Duration) time.Duration {

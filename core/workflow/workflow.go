@@ -12,6 +12,7 @@ package workflow
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"time"
 )
 
@@ -57,9 +58,9 @@ type Definition struct {
 	// Source is the YAML the definition was parsed from.
 	Source []byte
 
-	byID  map[string]*Node
-	preds map[string][]*Node // incoming edges, in declaration order
-	order []*Node            // topological order
+	byID   map[string]*Node
+	order  []*Node // topological order
+	limits Limits
 }
 
 // Input declares one workflow input (a field of the command payload).
@@ -86,6 +87,10 @@ type Node struct {
 	MaxParallel int
 
 	line, column int
+	index        int             // in Definition.Nodes
+	topo         int             // in Definition.order
+	preds        []*Node         // incoming edges, in declaration order
+	nextSet      map[string]bool // Next as a set, for nodes with many
 }
 
 // Task is the work a task node (or a fan_out child) asks a worker to do.
@@ -140,7 +145,24 @@ func (d *Definition) Node(id string) (*Node, bool) {
 }
 
 // Preds lists the nodes with an edge into id, in declaration order.
-func (d *Definition) Preds(id string) []*Node { return d.preds[id] }
+func (d *Definition) Preds(id string) []*Node {
+	if n, ok := d.byID[id]; ok {
+		return n.preds
+	}
+	return nil
+}
+
+// Limits are the limits the definition was parsed with; the engine applies
+// their run-time ones (MaxFanOut, MaxExpansionBytes) to its jobs.
+func (d *Definition) Limits() Limits { return d.limits.WithDefaults() }
+
+// leadsTo reports whether to is in n.Next.
+func (n *Node) leadsTo(to string) bool {
+	if n.nextSet != nil {
+		return n.nextSet[to]
+	}
+	return contains(n.Next, to)
+}
 
 // Start is the start node.
 func (d *Definition) Start() *Node {
@@ -189,6 +211,15 @@ func (n *Node) edges() []string {
 		out = append(out, n.Task.OnFailure)
 	}
 	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // ChildStepID names the index-th child step of a fan_out node.

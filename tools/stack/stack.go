@@ -348,6 +348,16 @@ func (p *Process) start() error {
 	return nil
 }
 
+// Pid is the operating system's id of the current run, or 0 before the first.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the process is alive.
 func (p *Process) Running() bool {
 	p.mu.Lock()

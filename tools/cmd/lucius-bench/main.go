@@ -3,6 +3,8 @@
 // submits N three-step OCR_EMBEDDING_SIS jobs over gRPC from C concurrent
 // clients (as fast as they can, or at a fixed arrival rate), waits for every job to finish and prints jobs/s and the
 // submit→SUCCEEDED latency percentiles (from the ledger's own timestamps).
+// With -flood it measures admission fairness; with -defsize, what a workflow
+// definition's size costs (defsize.go).
 package main
 
 import (
@@ -48,6 +50,7 @@ func main() {
 	floodSamples := flag.String("flood-samples", "", "with -flood: write every calm submit (condition, time, latency) to this CSV file")
 	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
 	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
+	defSize := flag.Bool("defsize", false, "measure what a workflow definition's size costs: 15,000 nodes refused with the default limits, then 1k, 5k and 15k nodes with the limits raised (validate, register, submit → first dispatch, peak RSS per process)")
 	flag.Parse()
 	if *floodTarget != "" {
 		if err := floodClient(*floodTarget, *floodLimit**floodFactor, *floodInput, *floodWorkspace); err != nil {
@@ -60,6 +63,13 @@ func main() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			benchEnv[k] = v
 		}
+	}
+	if *defSize {
+		if err := runDefSize(*bin, *data, *logs); err != nil {
+			fmt.Fprintln(os.Stderr, "lucius-bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if *flood {
 		floodCfg = &floodConfig{limit: *floodLimit, factor: *floodFactor, calmRate: *rate, calm: *n, samples: *floodSamples}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -42,5 +43,6 @@ func configure(e *env.Reader) (gateway.Config, error) {
 		MaxBytes: e.Int("LUCIUS_MAX_PAYLOAD_BYTES", gateway.DefaultMaxPayloadBytes),
 		MaxDepth: e.Int("LUCIUS_MAX_PAYLOAD_DEPTH", gateway.DefaultMaxPayloadDepth),
 	}
+	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
 	return cfg, nil
 }

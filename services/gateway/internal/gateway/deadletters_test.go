@@ -1,10 +1,11 @@
 package gateway
 
 import (
-	"github.com/lucius-platform/lucius/core/auth"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/lucius-platform/lucius/core/auth"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -13,13 +14,14 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // failJob claims a submitted job the way an orchestrator does and fails its
 // first step for good.
 func (f *gatewayFixture) failJob(t *testing.T, store *ledger.Store, jobID string) {
 	t.Helper()
-	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: registry.New(store), WorkspaceRoot: "file:///ws",
+	eng, err := engine.New(store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: registry.New(store, workflow.Limits{}), WorkspaceRoot: "file:///ws",
 		Callbacks: engine.Callbacks{GRPCTarget: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)

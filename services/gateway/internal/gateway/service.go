@@ -26,6 +26,7 @@ import (
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -35,12 +36,15 @@ type Config struct {
 	// WorkflowsDir holds definitions (and a handlers.yaml) registered at start,
 	// after the built-in ones. Optional.
 	WorkflowsDir string
-	Policy       Policy
+	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
+	// workflow's defaults); every process should have the same.
+	WorkflowLimits workflow.Limits
+	Policy         Policy
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate())
+	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate(), c.WorkflowLimits.Validate())
 }
 
 func (c *Config) defaults() {
@@ -70,7 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
-	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
+	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir, cfg.WorkflowLimits)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,9 @@ const (
 	ReasonInvalidWorkflow       = "INVALID_WORKFLOW"
 	ReasonWorkflowVersionExists = "WORKFLOW_VERSION_EXISTS"
 	ReasonWorkflowNotFound      = "WORKFLOW_NOT_FOUND"
+	// ReasonWorkflowTooLarge: the definition passes one of the workflow
+	// limits; the violation's description names the limit and the value.
+	ReasonWorkflowTooLarge = "WORKFLOW_TOO_LARGE"
 )
 
 // workflowService implements lucius.v1.WorkflowService over the registry.
@@ -116,8 +119,13 @@ func (s *workflowService) unavailable(ctx context.Context, err error) error {
 	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()
 }
 
-// invalidWorkflow reports each validation problem as a violation of "source".
+// invalidWorkflow reports each validation problem as a violation of "source";
+// a definition over a limit as one WORKFLOW_TOO_LARGE violation.
 func invalidWorkflow(err error) error {
+	if le, ok := errors.AsType[*workflow.LimitError](err); ok {
+		return server.InvalidArgument(server.Violation{Field: "source", Reason: ReasonWorkflowTooLarge,
+			Description: strings.TrimPrefix(le.Error(), "source:")}).Err()
+	}
 	var vs []server.Violation
 	for _, p := range problems(err) {
 		vs = append(vs, server.Violation{Field: "source", Reason: ReasonInvalidWorkflow, Description: p})

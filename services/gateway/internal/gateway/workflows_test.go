@@ -1,9 +1,16 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 const twoStepYAML = `workflow_id: ocr_then_sis
@@ -76,5 +83,44 @@ func TestWorkflowServiceOverREST(t *testing.T) {
 	}
 	if seen != 9 { // eight built-in workflows and the one registered
 		t.Fatalf("listed %d workflows, want 9", seen)
+	}
+}
+
+// chainYAML is an n-node workflow: START, n-2 OCR tasks in a row, END.
+func chainYAML(n int) string {
+	var b strings.Builder
+	b.WriteString("workflow_id: long_chain\nversion: 1\nnodes:\n  START: {type: start, next: t0}\n")
+	for i := range n - 2 {
+		next := fmt.Sprintf("t%d", i+1)
+		if i == n-3 {
+			next = "END"
+		}
+		fmt.Fprintf(&b, "  t%d: {type: task, handler: OCR, next: %s}\n", i, next)
+	}
+	b.WriteString("  END: {type: end}\n")
+	return b.String()
+}
+
+func TestRegisterWorkflowRefusesOneOverTheNodeLimit(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t)
+	tooLarge := chainYAML(workflow.DefaultMaxNodes + 1)
+	code, body := f.rest(t, "POST", "/v1/workflows", map[string]any{"source": tooLarge})
+	msg, _ := body["message"].(string)
+	if code != http.StatusBadRequest || reasonOf(body) != ReasonWorkflowTooLarge || !hasFieldViolation(body, "source") ||
+		!strings.Contains(msg, "max_nodes") || !strings.Contains(msg, "1001 nodes") {
+		t.Fatalf("REST register of %d nodes: %d %v", workflow.DefaultMaxNodes+1, code, body)
+	}
+	_, err := luciusv1.NewWorkflowServiceClient(f.conn).RegisterWorkflow(f.ctx, &luciusv1.RegisterWorkflowRequest{Source: tooLarge})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "max_nodes") {
+		t.Fatalf("gRPC register of %d nodes: %v", workflow.DefaultMaxNodes+1, err)
+	}
+	code, body = f.rest(t, "POST", "/v1/workflows:validate", map[string]any{"source": tooLarge})
+	if errs, _ := body["errors"].([]any); code != http.StatusOK || body["valid"] == true || len(errs) != 1 ||
+		!strings.Contains(errs[0].(string), "max_nodes") {
+		t.Fatalf("validate %d nodes: %d %v", workflow.DefaultMaxNodes+1, code, body)
+	}
+	if code, body = f.rest(t, "POST", "/v1/workflows", map[string]any{"source": chainYAML(workflow.DefaultMaxNodes)}); code != http.StatusOK {
+		t.Fatalf("register %d nodes, the limit: %d %v", workflow.DefaultMaxNodes, code, body)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/orchestrator/internal/orchestrator"
@@ -48,5 +49,6 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		return cfg, err
 	}
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
 	return cfg, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, runbook.Migrations) }
@@ -71,7 +72,7 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	ctx := context.Background()
 	store := ledger.New(pgtest.NewPool(t), nil)
 	t.Cleanup(store.Close)
-	reg, err := registry.Open(ctx, store, "")
+	reg, err := registry.Open(ctx, store, "", workflow.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

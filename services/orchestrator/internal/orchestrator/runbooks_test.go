@@ -14,6 +14,7 @@ import (
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 const executorRunbook = `name: exec-test
@@ -77,7 +78,7 @@ func setupExecutor(t *testing.T) *execFixture {
 	pool := pgtest.NewPool(t)
 	store := ledger.New(pool, nil)
 	t.Cleanup(store.Close)
-	reg, err := registry.Open(ctx, store, "")
+	reg, err := registry.Open(ctx, store, "", workflow.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

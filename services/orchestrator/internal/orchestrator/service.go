@@ -25,6 +25,7 @@ import (
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Config configures an orchestrator instance. Zero values take the defaults noted.
@@ -36,6 +37,9 @@ type Config struct {
 	// WorkflowsDir holds definitions (and a handlers.yaml) registered at start,
 	// after the built-in ones. Optional.
 	WorkflowsDir string
+	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
+	// workflow's defaults); every process should have the same.
+	WorkflowLimits workflow.Limits
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
 	// WorkspaceRoot is the URL job workspaces live under. Required.
@@ -58,7 +62,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate()}
 	if c.OwnerID == "" {
 		errs = append(errs, errors.New("orchestrator: OwnerID is required"))
 	}
@@ -100,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
-	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir)
+	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir, cfg.WorkflowLimits)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/reconciler/internal/reconciler"
@@ -50,6 +51,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		InitialBackoff: e.Duration("LUCIUS_CALLBACK_BACKOFF", 0),
 		Timeout:        e.Duration("LUCIUS_CALLBACK_TIMEOUT", 0),
 	}
+	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
 	var err error
 	cfg.Topology, err = topology.ConfigFromEnv(e)
 	return cfg, err

@@ -25,6 +25,7 @@ import (
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/core/workflow"
 )
 
 // Config configures a reconciler. Zero values take the defaults noted.
@@ -49,6 +50,9 @@ type Config struct {
 	// orchestrator's default addresses, 127.0.0.1:9091 and http://127.0.0.1:8081).
 	CallbackGRPCTarget string
 	CallbackRESTURL    string
+	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
+	// workflow's defaults); every process should have the same.
+	WorkflowLimits workflow.Limits
 
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
@@ -57,7 +61,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate()}
 	if c.WorkspaceRoot == "" {
 		errs = append(errs, errors.New("reconciler: WorkspaceRoot is required"))
 	}
@@ -105,7 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer b.Close(context.Background()) //nolint:errcheck
 	// Declare the subscriptions of every service known so far; orchestrators and
 	// workers declare theirs too, before anything is published to them.
-	workflows := registry.New(store)
+	workflows := registry.New(store, cfg.WorkflowLimits)
 	declare := func(ctx context.Context) (topology.Config, error) {
 		topo := cfg.Topology
 		var err error
