@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,15 +46,11 @@ var raisedLimits = map[string]string{
 
 func runDefSize(bin, data, logPath string) error {
 	ctx := context.Background()
-	var out io.Writer = io.Discard
-	if logPath != "" {
-		f, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		out = f
+	out, closeLog, err := logOutput(logPath)
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	// Only the gateway, orchestrators, scheduler and reconciler: no worker
 	// takes the directives, so a job stays at its first steps until cancelled.
 	start := func(limits map[string]string) (*stack.Stack, error) {

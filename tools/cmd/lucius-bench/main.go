@@ -88,15 +88,11 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	if err := os.RemoveAll(data); err != nil {
 		return err
 	}
-	var out io.Writer = io.Discard
-	if logPath != "" {
-		f, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		out = f
+	out, closeLog, err := logOutput(logPath)
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	env := map[string]string{"LUCIUS_LOG_LEVEL": "warn"}
 	for k, v := range benchEnv {
 		env[k] = v
@@ -293,4 +289,17 @@ func pct(ds []time.Duration, p int) time.Duration {
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 	i := (len(sorted)*p + 99) / 100
 	return sorted[max(0, min(i, len(sorted))-1)].Round(100 * time.Microsecond)
+}
+
+// logOutput is where the suite's process logs go: the file at path, or
+// nowhere when path is empty. Call closeLog when the run ends.
+func logOutput(path string) (out io.Writer, closeLog func(), err error) {
+	if path == "" {
+		return io.Discard, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
 }
