@@ -198,10 +198,12 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) }) //nolint:errcheck
+	workspace := t.TempDir()
 	e := &env{
 		t: t, pool: pool, bus: b, store: worker.NewPGStore(pool), orch: newFakeOrchestrator(t),
-		workspace: t.TempDir(),
+		workspace: workspace,
 		cfg: worker.Config{
+			FileRoots:    []string{workspace}, // inputs and outputs live there too
 			Service:      "ocr",
 			WorkerID:     "worker-test-1",
 			Concurrency:  4,

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 
@@ -33,8 +34,14 @@ func main() {
 func run(bin, data string, pgPort int, noop bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// file:// refs must name files under the file roots: LUCIUS_FILE_ROOTS
+	// when set, else <data>/files.
+	roots, err := config.ParseFileRoots(os.Getenv("LUCIUS_FILE_ROOTS"))
+	if err != nil {
+		return err
+	}
 	cfg := stack.Config{BinDir: bin, DataDir: data, DatabaseURL: os.Getenv("DATABASE_URL"), Durable: true,
-		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}}
+		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}, FileRoots: roots}
 	if noop {
 		cfg.Env["LUCIUS_WORKER_NOOP"] = "true"
 	}
@@ -55,10 +62,12 @@ Lucius is running.
   workers           %s
   PostgreSQL        %s
   workspace         %s
+  file roots        %s   (file:// refs must name files here; set LUCIUS_FILE_ROOTS to change)
+  egress allowlist  %s   (LUCIUS_EGRESS_ALLOW)
 
 Press Ctrl-C to stop everything.
 `, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
-		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace)
+		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace, strings.Join(s.FileRoots, ":"), egressAllow())
 
 	supervise(ctx, s)
 	fmt.Println("\nstopping Lucius…")
@@ -88,6 +97,14 @@ func supervise(ctx context.Context, s *stack.Stack) {
 			}
 		}
 	}
+}
+
+// egressAllow describes LUCIUS_EGRESS_ALLOW, which every process inherits.
+func egressAllow() string {
+	if v := os.Getenv("LUCIUS_EGRESS_ALLOW"); v != "" {
+		return v
+	}
+	return "none: webhooks reach public addresses only"
 }
 
 func workers(w map[string]string) string {

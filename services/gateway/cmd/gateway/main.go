@@ -6,6 +6,8 @@ package main
 import (
 	"context"
 
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/routing"
@@ -38,5 +40,11 @@ func configure(e *env.Reader) (gateway.Config, error) {
 	}
 	cfg.Policy.Seed.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	if cfg.Policy.FileRoots, err = config.ParseFileRoots(e.String("LUCIUS_FILE_ROOTS", "")); err != nil {
+		return cfg, err
+	}
+	if cfg.Policy.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }

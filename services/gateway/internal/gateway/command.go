@@ -23,7 +23,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -35,7 +34,7 @@ type commandService struct {
 	store     *ledger.Store
 	workflows *registry.Registry
 	config    *config.Watcher
-	topology  routing.Topology
+	policy    Policy
 	gate      *gate
 	log       *slog.Logger
 	submits   metric.Int64Counter
@@ -43,14 +42,14 @@ type commandService struct {
 
 var _ luciusv1.CommandServiceServer = (*commandService)(nil)
 
-func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, topology routing.Topology,
+func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, policy Policy,
 	log *slog.Logger) (*commandService, error) {
 	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
 		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited) and request type."))
 	if err != nil {
 		return nil, err
 	}
-	return &commandService{store: store, workflows: workflows, config: cfg, topology: topology, gate: newGate(100 * time.Millisecond),
+	return &commandService{store: store, workflows: workflows, config: cfg, policy: policy, gate: newGate(100 * time.Millisecond),
 		log: log, submits: submits}, nil
 }
 
@@ -59,7 +58,7 @@ func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *c
 // refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
-	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.topology)
+	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.policy)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))
 		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()

@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	commands, err := newCommandService(store, workflows, live, cfg.Policy.Topology, log)
+	commands, err := newCommandService(store, workflows, live, cfg.Policy, log)
 	if err != nil {
 		return err
 	}
