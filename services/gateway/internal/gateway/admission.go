@@ -41,6 +41,10 @@ type Policy struct {
 // may not reach (loopback, link-local, private, metadata) or localhost.
 const ReasonCallbackURLForbidden = "CALLBACK_URL_FORBIDDEN"
 
+// ReasonWebhookSecretMissing: a command names a callback_url but its tenant
+// has no webhook secret to sign the completion webhook with.
+const ReasonWebhookSecretMissing = "WEBHOOK_SECRET_MISSING"
+
 // admitted is a command that passed every rule, with what admission derived.
 type admitted struct {
 	cmd      *luciusv1.Command
@@ -103,6 +107,11 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 			add("callback_url", server.ReasonInvalidRef, "must be an absolute http or https URL")
 		} else if err := pol.Egress.CheckURL(u); err != nil {
 			add("callback_url", ReasonCallbackURLForbidden, "%v", err)
+		} else if len(cfg.Tenants[tenant].WebhookSecrets) == 0 {
+			// Completion webhooks are always signed; refusing now beats a
+			// callback abandoned at delivery.
+			add("callback_url", ReasonWebhookSecretMissing, "tenant %q has no webhook secret to sign completion webhooks with; "+
+				"an operator sets webhook_secrets in its tenant configuration first", tenant)
 		}
 	}
 	if known {

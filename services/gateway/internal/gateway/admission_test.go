@@ -50,7 +50,11 @@ func builtinWorkflows(t testing.TB) staticWorkflows {
 }
 
 var testConfig = &config.Snapshot{Global: config.Global{DefaultMode: routing.ModeDefault,
-	Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}}}}
+	Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}}},
+	Tenants: map[string]config.Tenant{"acme": {TenantID: "acme", WebhookSecrets: []string{testWebhookSecret}}}}
+
+// testWebhookSecret is the Standard Webhooks specification's example secret.
+const testWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // testPolicy confines file refs to /data (which need not exist) and allows
 // no internal callback address.
@@ -142,6 +146,9 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 		{"callback at the metadata address", func(c *luciusv1.Command) { c.CallbackUrl = "http://169.254.169.254/latest" }, "command.callback_url", ReasonCallbackURLForbidden},
 		{"callback at a private address", func(c *luciusv1.Command) { c.CallbackUrl = "http://10.0.0.7/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
 		{"callback at localhost", func(c *luciusv1.Command) { c.CallbackUrl = "http://localhost:8080/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback without a webhook secret", func(c *luciusv1.Command) {
+			c.TenantId, c.CallbackUrl = "globex", "https://hooks.example.com/x"
+		}, "command.callback_url", ReasonWebhookSecretMissing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -48,6 +49,9 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		Timeout:        e.Duration("LUCIUS_CALLBACK_TIMEOUT", 0),
 	}
 	var err error
+	if cfg.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
+		return cfg, err
+	}
 	cfg.Topology, err = topology.ConfigFromEnv(e)
 	return cfg, err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
@@ -45,6 +46,10 @@ type Config struct {
 	// orchestrator's default addresses, 127.0.0.1:9091 and http://127.0.0.1:8081).
 	CallbackGRPCTarget string
 	CallbackRESTURL    string
+
+	// Egress is the policy every completion webhook is dialed through
+	// (LUCIUS_EGRESS_ALLOW opens internal ranges).
+	Egress egress.Policy
 
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
@@ -138,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	deliv, err := newDeliverer(store, cfg.Callbacks, log)
+	deliv, err := newDeliverer(store, cfg.Callbacks, cfg.Egress, liveSecrets(live), log)
 	if err != nil {
 		return err
 	}
