@@ -40,6 +40,7 @@ func configure(e *env.Reader) (gateway.Config, error) {
 	}
 	cfg.Policy.Seed.DefaultMode, cfg.Policy.Topology = mode, topo.Topology
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
+	cfg.Policy.MaxKeyLimiters = e.Int("LUCIUS_RATE_KEY_BUCKETS", gateway.DefaultMaxKeyLimiters)
 	if cfg.Policy.FileRoots, err = config.ParseFileRoots(e.String("LUCIUS_FILE_ROOTS", "")); err != nil {
 		return cfg, err
 	}

@@ -35,6 +35,9 @@ type Policy struct {
 	// (LUCIUS_EGRESS_ALLOW); the reconciler's dialer judges the rest when it
 	// delivers.
 	Egress egress.Policy
+	// MaxKeyLimiters bounds the per-key rate buckets this gateway keeps
+	// (default DefaultMaxKeyLimiters).
+	MaxKeyLimiters int
 }
 
 // ReasonCallbackURLForbidden: a callback_url names an address outbound calls

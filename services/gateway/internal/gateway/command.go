@@ -36,6 +36,7 @@ type commandService struct {
 	config    *config.Watcher
 	policy    Policy
 	gate      *gate
+	rates     *rateLimits
 	log       *slog.Logger
 	submits   metric.Int64Counter
 }
@@ -45,19 +46,25 @@ var _ luciusv1.CommandServiceServer = (*commandService)(nil)
 func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, policy Policy,
 	log *slog.Logger) (*commandService, error) {
 	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
-		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited) and request type."))
+		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited, rate_limited) and request type."))
 	if err != nil {
 		return nil, err
 	}
 	return &commandService{store: store, workflows: workflows, config: cfg, policy: policy, gate: newGate(100 * time.Millisecond),
-		log: log, submits: submits}, nil
+		rates: newRateLimits(cfg.Current, policy.MaxKeyLimiters),
+		log:   log, submits: submits}, nil
 }
 
 // Submit validates the envelope, derives the job id and stores the request with
-// its orchestrator-jobs message in one transaction, unless an admission limit
-// refuses it (429).
+// its orchestrator-jobs message in one transaction, unless a request rate or
+// an admission limit refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
+	// Rates first: a tenant over its rate costs no validation or database work.
+	if st := s.rates.allowSubmit(cmd); st != nil {
+		s.count(ctx, "rate_limited", cmd.GetRequestType())
+		return nil, st.Err()
+	}
 	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.policy)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))
