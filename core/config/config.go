@@ -50,9 +50,31 @@ type Tenant struct {
 	// AllowedModes restricts the modes the tenant may use (empty: both).
 	AllowedModes []routing.Mode `json:"allowed_modes,omitempty"`
 	// Refs replaces the global ref policy when set.
-	Refs      *RefPolicy `json:"ref_policy,omitempty"`
-	Revision  int64      `json:"-"`
-	UpdatedAt time.Time  `json:"-"`
+	Refs *RefPolicy `json:"ref_policy,omitempty"`
+	// WebhookSecrets sign the tenant's completion webhooks (Standard
+	// Webhooks, "whsec_" + base64); each one signs every delivery, so a
+	// rotation keeps two. None: the tenant's jobs cannot carry a callback_url.
+	WebhookSecrets []string `json:"webhook_secrets,omitempty"`
+	// RequestRate bounds the tenant's requests to each gateway (nil: none).
+	RequestRate *RateLimit `json:"request_rate,omitempty"`
+	// KeyRateLimits bound submits sharing the value of an envelope field.
+	KeyRateLimits []KeyRateLimit `json:"key_rate_limits,omitempty"`
+	Revision      int64          `json:"-"`
+	UpdatedAt     time.Time      `json:"-"`
+}
+
+// RateLimit is a token bucket: RequestsPerSecond tokens a second, up to
+// Burst at once (0: max(1, RequestsPerSecond)).
+type RateLimit struct {
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	Burst             int     `json:"burst,omitempty"`
+}
+
+// KeyRateLimit limits submits whose envelope Field (doc_id, correlation_id,
+// idempotency_key, request_type or payload.<name>) has the same value.
+type KeyRateLimit struct {
+	Field string    `json:"field"`
+	Rate  RateLimit `json:"rate"`
 }
 
 // Snapshot is the whole configuration at one revision.

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,32 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }
+
+// Webhook secrets and request rates are stored with the rest of a tenant's
+// overrides and read back whole.
+func TestStoreRoundTripsWebhookSecretsAndRates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := NewStore(pgtest.NewPool(t))
+	in := Tenant{TenantID: "acme", WebhookSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="},
+		RequestRate:   &RateLimit{RequestsPerSecond: 2.5, Burst: 5},
+		KeyRateLimits: []KeyRateLimit{{Field: "doc_id", Rate: RateLimit{RequestsPerSecond: 0.2}}, {Field: "payload.scene", Rate: RateLimit{RequestsPerSecond: 1, Burst: 3}}}}
+	if _, err := s.PutTenant(ctx, in, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Tenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.WebhookSecrets, in.WebhookSecrets) || got.RequestRate == nil || *got.RequestRate != *in.RequestRate ||
+		!slices.Equal(got.KeyRateLimits, in.KeyRateLimits) {
+		t.Fatalf("stored %+v, read back %+v", in, got)
+	}
+	snap, err := s.Load(ctx)
+	if err != nil || !slices.Equal(snap.Tenants["acme"].WebhookSecrets, in.WebhookSecrets) {
+		t.Fatalf("load: %+v %v", snap, err)
+	}
+}
 
 func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
 	t.Parallel()

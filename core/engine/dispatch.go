@@ -264,14 +264,17 @@ func RoutingToProto(r ledger.Routing) *luciusv1.Routing {
 // completionMessage is the outbox message POSTing a terminal job's outcome to
 // its callback_url (seed 001 §13.2).
 func completionMessage(job *ledger.Job, now time.Time) (ledger.OutboxMessage, error) {
+	// result_url is the field seed 001 §13.2 names; result_ref is its
+	// deprecated alias, kept for receivers written against it.
 	body, err := json.Marshal(map[string]any{
-		"job_id": job.JobID, "status": string(job.Status), "result_ref": job.ResultRef,
+		"job_id": job.JobID, "status": string(job.Status), "result_url": job.ResultRef, "result_ref": job.ResultRef,
 		"reason": job.Reason, "correlation_id": job.CorrelationID, "completed_at": now.UTC().Format(time.RFC3339Nano),
 	})
 	if err != nil {
 		return ledger.OutboxMessage{}, err
 	}
+	// The deliverer signs with the tenant's webhook secrets at delivery.
 	return ledger.OutboxMessage{MessageID: "completion/" + job.JobID, Destination: job.CallbackURL,
 		Kind: ledger.KindCompletion, JobID: job.JobID, Body: body, ContentType: "application/json",
-		CorrelationID: job.CorrelationID}, nil
+		CorrelationID: job.CorrelationID, Properties: map[string]string{"tenant_id": job.TenantID}}, nil
 }

@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer su.close()
-	cmds, err := commands(su.s.Workspace, faults)
+	cmds, err := commands(su.s.Files, faults)
 	if err != nil {
 		return nil, err
 	}
@@ -291,16 +291,17 @@ func prepareDataDir(dir string) (workflows string, err error) {
 	return workflows, os.WriteFile(filepath.Join(workflows, workflowID+".yaml"), []byte(workflowYAML), 0o644)
 }
 
-// commands builds every planned job's command, reading one shared input.
-func commands(workspace string, faults []*Fault) ([]*luciusv1.Command, error) {
-	input := filepath.Join(workspace, "chaos-input.txt")
+// commands builds every planned job's command, reading one shared input
+// from files (a file root) and writing under files/out.
+func commands(files string, faults []*Fault) ([]*luciusv1.Command, error) {
+	input := filepath.Join(files, "chaos-input.txt")
 	if err := os.WriteFile(input, []byte("Lucius chaos input.\n"), 0o644); err != nil {
 		return nil, err
 	}
 	cmds := make([]*luciusv1.Command, len(faults))
 	for i, f := range faults {
 		var err error
-		if cmds[i], err = command(i, f, "file://"+input, filepath.Join(workspace, "out")); err != nil {
+		if cmds[i], err = command(i, f, "file://"+input, filepath.Join(files, "out")); err != nil {
 			return nil, err
 		}
 	}

@@ -40,7 +40,7 @@ func TestConfigChangeReachesEveryServiceAndPinnedRoutingSurvivesIt(t *testing.T)
 	submit := func(docID string) string {
 		t.Helper()
 		resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "Mover",
-			RequestType: "E2E_FLAKY", SchemaVersion: "1", InputRef: "file:///in", OutputRef: "file:///out",
+			RequestType: "E2E_FLAKY", SchemaVersion: "1", InputRef: "file://" + s.inputs + "/in", OutputRef: "file://" + s.inputs + "/out",
 			DocId: docID, Payload: &structpb.Struct{}}})
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -229,15 +231,26 @@ func TestRegisteredWorkflowRunsAndAFailingChildFailsItFast(t *testing.T) {
 }
 
 // The completion callback reaches a server that fails twice first; every
-// delivery attempt is in the job's events.
+// delivery attempt is in the job's events, and each is signed with the
+// tenant's webhook secret (Standard Webhooks), as the receiver verifies.
 func TestCompletionCallbackIsRetriedUntilDelivered(t *testing.T) {
 	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	receiver, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	var calls []map[string]any
+	var unverified []error
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
 		var body map[string]any
-		_ = json.NewDecoder(r.Body).Decode(&body)
+		_ = json.Unmarshal(raw, &body)
 		mu.Lock()
+		if err := receiver.Verify(raw, r.Header); err != nil {
+			unverified = append(unverified, err)
+		}
 		calls = append(calls, body)
 		n := len(calls)
 		mu.Unlock()
@@ -249,6 +262,9 @@ func TestCompletionCallbackIsRetriedUntilDelivered(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := startSuite(t, suiteOptions{env: map[string]string{"LUCIUS_CALLBACK_BACKOFF": "200ms"}})
+	if code, body := s.rest("PUT", "/v1/config/tenants/acme", map[string]any{"webhook_secrets": []string{secret}}); code != http.StatusOK {
+		t.Fatalf("set the webhook secret: %d %v", code, body)
+	}
 	out, _ := s.output("callback.json")
 	id := s.submit("OCR", map[string]any{}, s.input("cb.txt", sampleText), out, srv.URL+"/hooks/lucius")
 	if job := s.waitJob(id, 60*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
@@ -269,7 +285,11 @@ func TestCompletionCallbackIsRetriedUntilDelivered(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(calls) != 3 || calls[2]["job_id"] != id || calls[2]["status"] != "SUCCEEDED" || calls[2]["result_ref"] != out {
+	if len(calls) != 3 || calls[2]["job_id"] != id || calls[2]["status"] != "SUCCEEDED" || calls[2]["result_url"] != out ||
+		calls[2]["result_ref"] != out {
 		t.Fatalf("callback calls %v", calls)
+	}
+	if len(unverified) > 0 {
+		t.Fatalf("deliveries the receiver could not verify: %v", unverified)
 	}
 }

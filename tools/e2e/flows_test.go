@@ -20,6 +20,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/server"
 )
 
@@ -233,7 +234,7 @@ func TestInvalidEnvelopesAreRejectedWithoutWritingAnything(t *testing.T) {
 	s := startSuite(t, suiteOptions{})
 	valid := func() map[string]any {
 		return map[string]any{"tenant_id": "acme", "request_type": "SIS", "schema_version": "1",
-			"input_ref": "file:///data/in.txt", "output_ref": "file:///data/out.json",
+			"input_ref": "file://" + s.inputs + "/in.txt", "output_ref": "file://" + s.inputs + "/out.json",
 			"payload": map[string]any{"prompt_set": []any{"q"}}}
 	}
 	tests := []struct {
@@ -248,6 +249,11 @@ func TestInvalidEnvelopesAreRejectedWithoutWritingAnything(t *testing.T) {
 		{"malformed input_ref", func(b map[string]any) { b["input_ref"] = "::not-a-url" }, "command.input_ref", server.ReasonInvalidArgument},
 		{"relative output_ref", func(b map[string]any) { b["output_ref"] = "file:relative/out.json" }, "command.output_ref", server.ReasonInvalidRef},
 		{"SIS without prompt_set", func(b map[string]any) { b["payload"] = map[string]any{"chunk_size": 10} }, "command.payload.prompt_set", server.ReasonInvalidPayload},
+		{"input outside the file roots", func(b map[string]any) { b["input_ref"] = "file:///etc/passwd" }, "command.input_ref", config.ReasonRefOutsideFileRoots},
+		{"output escaping the roots", func(b map[string]any) { b["output_ref"] = "file://" + s.inputs + "/%2E%2E/pg/x" }, "command.output_ref", server.ReasonInvalidRef},
+		{"callback at IPv6 loopback", func(b map[string]any) { b["callback_url"] = "http://[::1]:8080/hook" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},
+		{"callback at the metadata address", func(b map[string]any) { b["callback_url"] = "http://169.254.169.254/latest/meta-data/" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},
+		{"callback at a private address", func(b map[string]any) { b["callback_url"] = "https://10.0.0.1/hook" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

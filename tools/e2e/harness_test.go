@@ -132,13 +132,15 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 			t.Fatal(err)
 		}
 	}
-	env := map[string]string{"LUCIUS_WORKFLOWS_DIR": workflows, "LUCIUS_LOG_LEVEL": "debug"}
+	// Webhook receivers are httptest servers on 127.0.0.1: allowlisted, and
+	// nothing else internal.
+	env := map[string]string{"LUCIUS_WORKFLOWS_DIR": workflows, "LUCIUS_LOG_LEVEL": "debug", "LUCIUS_EGRESS_ALLOW": "127.0.0.1/32"}
 	for k, v := range opts.env {
 		env[k] = v
 	}
 	logs := &stack.LogBuffer{}
 	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
-		Env: env, ProcessEnv: opts.processEnv, Output: logs})
+		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs})
 	if err != nil {
 		t.Logf("suite logs:\n%s", logs.Tail(200))
 		t.Fatal(err)

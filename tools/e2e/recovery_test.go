@@ -121,7 +121,7 @@ func TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed(t *testing.T) {
 		"LUCIUS_SWEEP_LEASE_INTERVAL": "200ms",
 	}})
 	code, body := s.rest("POST", "/v1/commands", map[string]any{"tenant_id": "acme", "request_type": "E2E_FLAKY",
-		"schema_version": "1", "input_ref": "file:///in", "output_ref": "file:///out", "payload": map[string]any{}})
+		"schema_version": "1", "input_ref": "file://" + s.inputs + "/in", "output_ref": "file://" + s.inputs + "/out", "payload": map[string]any{}})
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %v", code, body)
 	}

@@ -30,8 +30,13 @@ import (
 type Config struct {
 	// BinDir holds the binaries: gateway, orchestrator, reconciler, scheduler, worker.
 	BinDir string
-	// DataDir holds the PostgreSQL cluster (DataDir/pg) and workspaces (DataDir/workspace).
+	// DataDir holds the PostgreSQL cluster (DataDir/pg), workspaces
+	// (DataDir/workspace) and, by default, the one file root (DataDir/files).
 	DataDir string
+	// FileRoots are the absolute folders file:// refs may name, given to every
+	// process as LUCIUS_FILE_ROOTS. Default: DataDir/files, created at start.
+	// Never the DataDir itself: it holds the database's files.
+	FileRoots []string
 	// DatabaseURL, when set, is used instead of starting a cluster.
 	DatabaseURL string
 	// Durable keeps fsync on in the cluster the stack starts (make up, benchmarks).
@@ -70,6 +75,10 @@ type Stack struct {
 	cluster   *pgcluster.Cluster
 	URL       string
 	Workspace string // absolute path of the workspace root
+	// FileRoots are the folders file:// refs may name (LUCIUS_FILE_ROOTS);
+	// Files is the first, where tools put the inputs and outputs of jobs.
+	FileRoots []string
+	Files     string
 	Endpoints Endpoints
 	mu        sync.Mutex
 	procs     map[string]*Process
@@ -114,10 +123,20 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{cfg: cfg, procs: map[string]*Process{}, URL: cfg.DatabaseURL, Workspace: filepath.Join(dataDir, "workspace")}
-	if err := os.MkdirAll(s.Workspace, 0o755); err != nil {
-		return nil, err
+	s := &Stack{cfg: cfg, procs: map[string]*Process{}, URL: cfg.DatabaseURL, Workspace: filepath.Join(dataDir, "workspace"),
+		FileRoots: cfg.FileRoots}
+	if len(s.FileRoots) == 0 {
+		s.FileRoots = []string{filepath.Join(dataDir, "files")}
 	}
+	for _, dir := range append([]string{s.Workspace}, s.FileRoots...) {
+		if !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("stack: file root %q is not an absolute path", dir)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	s.Files = s.FileRoots[0]
 	if s.trust, err = newTrust(dataDir); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
@@ -170,6 +189,7 @@ func (s *Stack) plan() error {
 	common := map[string]string{
 		"DATABASE_URL":          s.URL,
 		"LUCIUS_WORKSPACE_ROOT": "file://" + s.Workspace,
+		"LUCIUS_FILE_ROOTS":     strings.Join(s.FileRoots, string(filepath.ListSeparator)),
 		"LUCIUS_LOG_FORMAT":     "text",
 	}
 	for k, v := range s.trust.env() {

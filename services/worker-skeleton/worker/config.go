@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -71,6 +72,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// MaxInputBytes limits Task.ReadInput and Task.ReadRef. Default 64 MiB.
 	MaxInputBytes int64
+	// FileRoots are the absolute folders file refs may name besides each
+	// job's own workspace (LUCIUS_FILE_ROOTS): job inputs and output_ref
+	// outside them, or reached through ".." or a symbolic link leading out,
+	// fail the attempt with CodeRefOutsideFileRoots. Default: none, so only
+	// the job's workspace is readable and writable.
+	FileRoots []string
 	// Logger receives the runner's logs; it should already name the service
 	// (telemetry.Setup adds service and instance). Default slog.Default().
 	Logger *slog.Logger
@@ -130,6 +137,13 @@ func (c Config) Validate() error {
 	}
 	if c.LockDuration > 0 && c.LockDuration < time.Second {
 		errs = append(errs, fmt.Errorf("lock duration %v is under a second", c.LockDuration))
+	}
+	for _, r := range c.FileRoots {
+		if !filepath.IsAbs(r) {
+			errs = append(errs, fmt.Errorf("file root %q is not an absolute path", clip(r)))
+		} else if filepath.Clean(r) == "/" {
+			errs = append(errs, errors.New(`file root "/" would allow every file`))
+		}
 	}
 	if c.MaxInputBytes < 0 {
 		errs = append(errs, fmt.Errorf("max input bytes %d is negative", c.MaxInputBytes))

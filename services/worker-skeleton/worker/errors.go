@@ -18,6 +18,10 @@ const (
 	CodeInputNotFound = "INPUT_NOT_FOUND"
 	// CodeUnsupportedRef: a reference uses a scheme this worker cannot read or write.
 	CodeUnsupportedRef = "UNSUPPORTED_REF"
+	// CodeRefOutsideFileRoots: a reference names a file outside the file
+	// roots (Config.FileRoots) and the job's workspace, directly, through
+	// "..", or through a symbolic link.
+	CodeRefOutsideFileRoots = "REF_OUTSIDE_FILE_ROOTS"
 	// CodeUnknownHandler: the directive's step_type names a handler the
 	// service's Handlers do not serve.
 	CodeUnknownHandler = "UNKNOWN_HANDLER"

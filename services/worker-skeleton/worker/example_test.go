@@ -42,7 +42,8 @@ func (wordCount) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, e
 }
 
 // A fork implements Executor and tests it with NewTask, without a bus: the
-// task reads input_ref and writes under <workspace_ref><step_type>/<attempt>/.
+// task reads input_ref (inside its file roots) and writes under
+// <workspace_ref><step_type>/<attempt>/.
 func ExampleExecutor() {
 	dir, _ := os.MkdirTemp("", "lucius-example-")
 	defer os.RemoveAll(dir)
@@ -55,7 +56,7 @@ func ExampleExecutor() {
 		InputRef:     "file://" + filepath.Join(dir, "input.txt"),
 		WorkspaceRef: "file://" + dir + "/lucius/acme/" + jobID + "/",
 		CallbackUrls: &luciusv1.CallbackEndpoints{GrpcTarget: "127.0.0.1:9091"},
-	}, worker.TaskConfig{})
+	}, worker.TaskConfig{FileRoots: []string{dir}})
 	if err != nil {
 		log.Fatal(err)
 	}

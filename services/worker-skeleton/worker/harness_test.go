@@ -203,10 +203,12 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { b.Close(context.Background()) }) //nolint:errcheck
 	issuer := authtest.New(t)
+	workspace := t.TempDir()
 	e := &env{
 		issuer: issuer, t: t, pool: pool, bus: b, store: worker.NewPGStore(pool), orch: newFakeOrchestrator(t, issuer),
-		workspace: t.TempDir(),
+		workspace: workspace,
 		cfg: worker.Config{
+			FileRoots:    []string{workspace}, // inputs and outputs live there too
 			Service:      "ocr",
 			WorkerID:     "worker-test-1",
 			Concurrency:  4,

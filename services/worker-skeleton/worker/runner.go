@@ -295,7 +295,7 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		taskErr error
 	)
 	if !r.cfg.NoOp {
-		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes})
+		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots})
 	}
 	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
 	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
@@ -502,7 +502,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 		if err == nil && d.GetFinalStep() && !out.Polling && d.GetOutputRef() != "" {
 			if len(out.Artifacts) == 0 {
 				log.WarnContext(ctx, "final step produced no artifact; output_ref not written")
-			} else if final, ferr := writeFinalOutput(d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
+			} else if final, ferr := task.files.writeFinalOutput(d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
 				err = fmt.Errorf("write output_ref: %w", ferr)
 			} else {
 				out.Artifacts = append(append([]*luciusv1.ArtifactRef(nil), out.Artifacts...), final)

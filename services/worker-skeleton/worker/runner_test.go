@@ -232,10 +232,18 @@ func TestRunnerReportsFailureClassOfExecutorErrors(t *testing.T) {
 		{
 			name: "missing input is permanent",
 			exec: func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
-				_, err := t.ReadRef(ctx, "file:///nonexistent/lucius/input.txt")
+				_, err := t.ReadRef(ctx, "file://"+filepath.Join(t.StepDir(), "missing.txt"))
 				return worker.Outcome{}, err
 			},
-			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "INPUT_NOT_FOUND: read file:///nonexistent/lucius/input.txt",
+			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "INPUT_NOT_FOUND: read file:///",
+		},
+		{
+			name: "input outside the file roots is permanent",
+			exec: func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+				_, err := t.ReadRef(ctx, "file:///etc/passwd")
+				return worker.Outcome{}, err
+			},
+			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "REF_OUTSIDE_FILE_ROOTS: ref \"file:///etc/passwd\"",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

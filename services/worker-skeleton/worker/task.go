@@ -30,6 +30,7 @@ type Task struct {
 	log      *slog.Logger
 	stepDir  string
 	maxInput int64
+	files    fileAccess
 
 	mu        sync.Mutex
 	artifacts []*luciusv1.ArtifactRef
@@ -43,6 +44,9 @@ type TaskConfig struct {
 	Logger *slog.Logger
 	// MaxInputBytes limits ReadInput and ReadRef. Default DefaultMaxInputBytes.
 	MaxInputBytes int64
+	// FileRoots are the absolute folders the task may read and write files
+	// in besides the job's workspace (see Config.FileRoots). Default: none.
+	FileRoots []string
 }
 
 // NewTask builds the Task for a directive, validating it first. The Runner
@@ -55,6 +59,15 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	workspace, err := localPath(d.GetWorkspaceRef())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range cfg.FileRoots {
+		if !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("file root %q is not an absolute path", clip(r))
+		}
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -65,7 +78,8 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	}
 	log = log.With(telemetry.JobID(d.GetJobId()), telemetry.StepID(d.GetStepId()),
 		telemetry.AttemptNo(int(d.GetAttemptNo())), telemetry.TenantID(d.GetTenantId()))
-	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit}, nil
+	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit,
+		files: newFileAccess(workspace, cfg.FileRoots)}, nil
 }
 
 // Key is the attempt's idempotency key.
@@ -90,13 +104,15 @@ func (t *Task) ReadInput(ctx context.Context) ([]byte, error) {
 }
 
 // ReadRef reads any reference the worker can open locally (a file:// URL or
-// an absolute path), e.g. one of Directive.UpstreamArtifacts, with the same
-// limits and classification as ReadInput.
+// an absolute path inside the file roots or the job's workspace), e.g. one of
+// Directive.UpstreamArtifacts, with the same limits and classification as
+// ReadInput. A ref outside them is a permanent error with code
+// CodeRefOutsideFileRoots.
 func (t *Task) ReadRef(ctx context.Context, ref string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return readLocal(ref, t.maxInput)
+	return t.files.read(ref, t.maxInput)
 }
 
 // OpenInput opens the step's input (input_ref) for streaming: Stat for its
@@ -120,15 +136,16 @@ func (t *Task) checkInput() error {
 }
 
 // OpenRef opens any reference the worker can read locally (a file:// URL or
-// an absolute path), e.g. Directive.JobInputRef or a payload field naming a
+// an absolute path inside the file roots or the job's workspace), e.g. Directive.JobInputRef or a payload field naming a
 // file, for streaming. A missing file, a directory, a file without read
-// permission or an unsupported reference is a permanent error; other I/O
+// permission, a file outside the roots or an unsupported reference is a
+// permanent error; other I/O
 // errors are retryable. The caller closes the file.
 func (t *Task) OpenRef(ctx context.Context, ref string) (*os.File, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return openLocal(ref)
+	return t.files.open(ref)
 }
 
 // WriteArtifact writes data as the file StepDir()/file (file must be a local,
@@ -158,7 +175,7 @@ func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType stri
 		mediaType = "application/octet-stream"
 	}
 	path := filepath.Join(t.stepDir, file)
-	n, sum, err := writeFileAtomic(path, contextReader{ctx: ctx, r: r})
+	n, sum, err := t.files.writeAtomic(path, contextReader{ctx: ctx, r: r})
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s: %w", name, err)
 	}

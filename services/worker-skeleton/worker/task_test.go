@@ -15,7 +15,8 @@ import (
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
 )
 
-// newTask returns a task whose workspace is a temporary directory.
+// newTask returns a task whose workspace is under a temporary directory,
+// which is also its one file root.
 func newTask(t *testing.T, payload map[string]any) (*worker.Task, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -26,11 +27,73 @@ func newTask(t *testing.T, payload map[string]any) (*worker.Task, string) {
 		t.Fatal(err)
 	}
 	d.Payload = p
-	task, err := worker.NewTask(d, worker.TaskConfig{MaxInputBytes: 16})
+	task, err := worker.NewTask(d, worker.TaskConfig{MaxInputBytes: 16, FileRoots: []string{dir}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return task, dir
+}
+
+// A task reads and writes inside its file roots and its job's workspace
+// only: a path outside them, a ".." or a symbolic link leading out is a
+// permanent REF_OUTSIDE_FILE_ROOTS failure, and nothing is written outside.
+func TestTaskConfinesFilesToRootsAndWorkspace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	files, outside, ws := filepath.Join(dir, "files"), filepath.Join(dir, "outside"), filepath.Join(dir, "ws")
+	for _, d := range []string{files, outside, ws} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(files, "in.txt"), []byte("inside"), 0o644)
+	os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("secret"), 0o644)
+	os.Symlink(outside, filepath.Join(files, "escape"))     // a link out of the root
+	os.Symlink("in.txt", filepath.Join(files, "alias.txt")) // a relative link that stays inside
+	d := validDirective()
+	d.WorkspaceRef = "file://" + ws + "/lucius/acme/" + validJobID + "/"
+	task, err := worker.NewTask(d, worker.TaskConfig{FileRoots: []string{files}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"file://" + files + "/in.txt", files + "/alias.txt"} {
+		if got, err := task.ReadRef(ctx, ref); err != nil || string(got) != "inside" {
+			t.Errorf("ReadRef(%s) = %q, %v; want the file", ref, got, err)
+		}
+	}
+	art, err := task.WriteArtifact(ctx, "text", "out.txt", "", []byte("artifact"))
+	if err != nil {
+		t.Fatalf("write into the job's workspace: %v", err)
+	}
+	if got, err := task.ReadRef(ctx, art.GetUri()); err != nil || string(got) != "artifact" {
+		t.Errorf("read the job's own artifact = %q, %v", got, err)
+	}
+	for _, ref := range []string{
+		"file://" + outside + "/secret.txt",
+		"file:///etc/passwd",
+		"file://" + files + "/escape/secret.txt",        // a symbolic link leading out
+		"file://" + files + "/escape/%2E%2E/secret.txt", // and .. within it
+		"file://" + ws + "/lucius/acme/another-job/x",   // another job's workspace
+		filepath.Join(outside, "secret.txt"),
+	} {
+		got, err := task.ReadRef(ctx, ref)
+		var we *worker.Error
+		if !errors.As(err, &we) || !worker.IsPermanent(err) || got != nil {
+			t.Errorf("ReadRef(%s) = %q, %v; want a permanent refusal", ref, got, err)
+			continue
+		}
+		if we.Code != worker.CodeRefOutsideFileRoots && we.Code != worker.CodeUnsupportedRef {
+			t.Errorf("ReadRef(%s) code %s", ref, we.Code)
+		}
+		if f, err := task.OpenRef(ctx, ref); f != nil || !worker.IsPermanent(err) {
+			t.Errorf("OpenRef(%s) = %v, %v; want a permanent refusal", ref, f, err)
+		}
+	}
+	var we *worker.Error
+	if _, err := task.ReadRef(ctx, "file://"+files+"/escape/secret.txt"); !errors.As(err, &we) || we.Code != worker.CodeRefOutsideFileRoots {
+		t.Errorf("through the link: %v, want %s", err, worker.CodeRefOutsideFileRoots)
+	}
 }
 
 func TestTaskWriteArtifactFollowsLayoutAndReportsChecksum(t *testing.T) {

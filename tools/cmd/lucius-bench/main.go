@@ -118,7 +118,7 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	defer s.Stop(context.Background())
 	fmt.Printf("gateway gRPC %s, HTTP %s (metrics, pprof with -env LUCIUS_PPROF=true)\n", s.Endpoints.GatewayGRPC, s.Endpoints.GatewayHTTP)
 
-	input := filepath.Join(s.Workspace, "bench-input.txt")
+	input := filepath.Join(s.Files, "bench-input.txt") // inside the file roots
 	if err := os.WriteFile(input, []byte("Lucius benchmark input. The quick brown fox jumps over the lazy dog.\n"), 0o644); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 			return err
 		}
 		defer db.Close()
-		return runFlood(ctx, *floodCfg, conn, db, "file://"+input, s.Workspace, payload)
+		return runFlood(ctx, *floodCfg, conn, db, "file://"+input, s.Files, payload)
 	}
 	start := time.Now()
 
@@ -171,7 +171,7 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 				t0 := time.Now()
 				resp, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
 					TenantId: fmt.Sprintf("tenant-%d", i%8), RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1",
-					InputRef: "file://" + input, OutputRef: fmt.Sprintf("file://%s/out/%d.json", s.Workspace, i),
+					InputRef: "file://" + input, OutputRef: fmt.Sprintf("file://%s/out/%d.json", s.Files, i),
 					Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d-%d", start.UnixNano(), i)}})
 				d := time.Since(t0)
 				if err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 
@@ -34,8 +35,14 @@ func main() {
 func run(bin, data string, pgPort int, noop bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// file:// refs must name files under the file roots: LUCIUS_FILE_ROOTS
+	// when set, else <data>/files.
+	roots, err := config.ParseFileRoots(os.Getenv("LUCIUS_FILE_ROOTS"))
+	if err != nil {
+		return err
+	}
 	cfg := stack.Config{BinDir: bin, DataDir: data, DatabaseURL: os.Getenv("DATABASE_URL"), Durable: true,
-		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}}
+		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}, FileRoots: roots}
 	if noop {
 		cfg.Env["LUCIUS_WORKER_NOOP"] = "true"
 	}
@@ -57,13 +64,16 @@ Lucius is running.
   PostgreSQL        %s
   workspace         %s
   local issuer      %s (every call needs a token from it)
+  file roots        %s   (file:// refs must name files here; set LUCIUS_FILE_ROOTS to change)
+  egress allowlist  %s   (LUCIUS_EGRESS_ALLOW)
 
   TOKEN=$(.build/bin/lucius token --tenant acme --role partner)    # or --role operator
   curl -H "Authorization: Bearer $TOKEN" http://%s/v1/jobs
 
 Press Ctrl-C to stop everything.
 `, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
-		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace, filepath.Dir(s.Issuer().JWKSPath()), e.GatewayHTTP)
+		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
+		strings.Join(s.FileRoots, ":"), egressAllow(), e.GatewayHTTP)
 
 	supervise(ctx, s)
 	fmt.Println("\nstopping Lucius…")
@@ -93,6 +103,14 @@ func supervise(ctx context.Context, s *stack.Stack) {
 			}
 		}
 	}
+}
+
+// egressAllow describes LUCIUS_EGRESS_ALLOW, which every process inherits.
+func egressAllow() string {
+	if v := os.Getenv("LUCIUS_EGRESS_ALLOW"); v != "" {
+		return v
+	}
+	return "none: webhooks reach public addresses only"
 }
 
 func workers(w map[string]string) string {

@@ -6,6 +6,8 @@ package main
 import (
 	"context"
 
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
@@ -44,5 +46,12 @@ func configure(e *env.Reader) (gateway.Config, error) {
 		MaxDepth: e.Int("LUCIUS_MAX_PAYLOAD_DEPTH", gateway.DefaultMaxPayloadDepth),
 	}
 	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
+	cfg.Policy.MaxKeyLimiters = e.Int("LUCIUS_RATE_KEY_BUCKETS", gateway.DefaultMaxKeyLimiters)
+	if cfg.Policy.FileRoots, err = config.ParseFileRoots(e.String("LUCIUS_FILE_ROOTS", "")); err != nil {
+		return cfg, err
+	}
+	if cfg.Policy.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
@@ -30,7 +31,24 @@ type Policy struct {
 	Topology routing.Topology
 	// Payload bounds a command's payload (checked before admission's rules).
 	Payload PayloadLimits
+	// FileRoots confine file:// refs (LUCIUS_FILE_ROOTS); empty refuses them all.
+	FileRoots config.FileRoots
+	// Egress judges callback_url hosts that are literal addresses
+	// (LUCIUS_EGRESS_ALLOW); the reconciler's dialer judges the rest when it
+	// delivers.
+	Egress egress.Policy
+	// MaxKeyLimiters bounds the per-key rate buckets this gateway keeps
+	// (default DefaultMaxKeyLimiters).
+	MaxKeyLimiters int
 }
+
+// ReasonCallbackURLForbidden: a callback_url names an address outbound calls
+// may not reach (loopback, link-local, private, metadata) or localhost.
+const ReasonCallbackURLForbidden = "CALLBACK_URL_FORBIDDEN"
+
+// ReasonWebhookSecretMissing: a command names a callback_url but its tenant
+// has no webhook secret to sign the completion webhook with.
+const ReasonWebhookSecretMissing = "WEBHOOK_SECRET_MISSING"
 
 // admitted is a command that passed every rule, with what admission derived.
 type admitted struct {
@@ -56,9 +74,10 @@ type Workflows interface {
 // admit applies the rules protovalidate annotations cannot express: tenant not
 // blank, schema version compatibility, a known request type, refs well-formed
 // and allowed by the tenant's ref policy, the workflow's input declarations,
-// and the routing rule with the tenant's mode settings. It returns every
+// and the routing rule with the tenant's mode settings; file refs inside the
+// file roots and a callback_url at no forbidden address. It returns every
 // violation at once.
-func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, topology routing.Topology) (*admitted, []server.Violation, error) {
+func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol Policy) (*admitted, []server.Violation, error) {
 	var vs []server.Violation
 	add := func(field, reason, format string, args ...any) {
 		vs = append(vs, server.Violation{Field: "command." + field, Reason: reason, Description: fmt.Sprintf(format, args...)})
@@ -80,13 +99,24 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, top
 		add("request_type", server.ReasonUnknownRequestType, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(workflows.Known(), ", "))
 	}
 	for _, ref := range []struct{ field, value string }{{"input_ref", cmd.GetInputRef()}, {"output_ref", cmd.GetOutputRef()}} {
-		if problem := eff.Refs.CheckRef(ref.value); problem != nil {
+		problem := eff.Refs.CheckRef(ref.value)
+		if r, _ := config.ParseRef(ref.value); problem == nil && r.Scheme == "file" {
+			problem = pol.FileRoots.Check(r.Path)
+		}
+		if problem != nil {
 			add(ref.field, problem.Reason, "%s", problem.Description)
 		}
 	}
 	if cb := cmd.GetCallbackUrl(); cb != "" {
 		if u, err := url.Parse(cb); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("callback_url", server.ReasonInvalidRef, "must be an absolute http or https URL")
+		} else if err := pol.Egress.CheckURL(u); err != nil {
+			add("callback_url", ReasonCallbackURLForbidden, "%v", err)
+		} else if len(cfg.Tenants[tenant].WebhookSecrets) == 0 {
+			// Completion webhooks are always signed; refusing now beats a
+			// callback abandoned at delivery.
+			add("callback_url", ReasonWebhookSecretMissing, "tenant %q has no webhook secret to sign completion webhooks with; "+
+				"an operator sets webhook_secrets in its tenant configuration first", tenant)
 		}
 	}
 	if known {
@@ -98,7 +128,7 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, top
 	requested := modeFromProto(cmd.GetMode())
 	route, rerr := routing.Resolve(routing.Input{TenantID: cmd.GetTenantId(), DocID: cmd.GetDocId(), Requested: requested,
 		TenantDefault: eff.Mode, GlobalDefault: eff.GlobalMode, BurstForbidden: !eff.ModeAllowed(routing.ModeBurst),
-		Topology: topology})
+		Topology: pol.Topology})
 	switch rerr {
 	case nil:
 		if !eff.ModeAllowed(route.Mode) {

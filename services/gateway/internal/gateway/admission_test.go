@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
@@ -49,9 +50,15 @@ func builtinWorkflows(t testing.TB) staticWorkflows {
 }
 
 var testConfig = &config.Snapshot{Global: config.Global{DefaultMode: routing.ModeDefault,
-	Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}}}}
+	Refs: config.RefPolicy{Schemes: []string{"file", "https", "az"}}},
+	Tenants: map[string]config.Tenant{"acme": {TenantID: "acme", WebhookSecrets: []string{testWebhookSecret}}}}
 
-var testPolicy = Policy{Seed: testConfig.Global}
+// testWebhookSecret is the Standard Webhooks specification's example secret.
+const testWebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// testPolicy confines file refs to /data (which need not exist) and allows
+// no internal callback address.
+var testPolicy = Policy{Seed: testConfig.Global, FileRoots: config.FileRoots{"/data"}}
 
 func validCommand() *luciusv1.Command {
 	payload, _ := structpb.NewStruct(map[string]any{"prompt_set": []any{"summarize"}, "chunk_size": 100})
@@ -68,7 +75,7 @@ func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 		t.Helper()
 		c := validCommand()
 		mutate(c)
-		a, vs, err := admit(c, reg, testConfig, "")
+		a, vs, err := admit(c, reg, testConfig, testPolicy)
 		if err != nil || vs != nil {
 			t.Fatalf("unexpected violations %v", vs)
 		}
@@ -132,13 +139,23 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 		}, "command.payload.prompt_set", server.ReasonInvalidPayload},
 		{"BURST without doc_id", func(c *luciusv1.Command) { c.Mode = luciusv1.Mode_MODE_BURST }, "command.doc_id", server.ReasonBurstWithoutDocID},
 		{"callback not http", func(c *luciusv1.Command) { c.CallbackUrl = "ftp://x/y" }, "command.callback_url", server.ReasonInvalidRef},
+		{"file ref outside the roots", func(c *luciusv1.Command) { c.InputRef = "file:///etc/passwd" }, "command.input_ref", config.ReasonRefOutsideFileRoots},
+		{"output outside the roots", func(c *luciusv1.Command) { c.OutputRef = "file:///database/out.json" }, "command.output_ref", config.ReasonRefOutsideFileRoots},
+		{"callback at loopback", func(c *luciusv1.Command) { c.CallbackUrl = "http://127.0.0.1:9000/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback at IPv6 loopback", func(c *luciusv1.Command) { c.CallbackUrl = "https://[::1]/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback at the metadata address", func(c *luciusv1.Command) { c.CallbackUrl = "http://169.254.169.254/latest" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback at a private address", func(c *luciusv1.Command) { c.CallbackUrl = "http://10.0.0.7/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback at localhost", func(c *luciusv1.Command) { c.CallbackUrl = "http://localhost:8080/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		{"callback without a webhook secret", func(c *luciusv1.Command) {
+			c.TenantId, c.CallbackUrl = "globex", "https://hooks.example.com/x"
+		}, "command.callback_url", ReasonWebhookSecretMissing},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := validCommand()
 			tt.mutate(c)
-			a, vs, err := admit(c, reg, testConfig, "")
+			a, vs, err := admit(c, reg, testConfig, testPolicy)
 			if err != nil || a != nil || len(vs) == 0 {
 				t.Fatalf("accepted an invalid command")
 			}
@@ -149,11 +166,33 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 	}
 }
 
+// Without file roots every file ref is refused; an allowlisted range opens
+// callback URLs in it, and only those.
+func TestAdmitAppliesTheEdgePolicy(t *testing.T) {
+	t.Parallel()
+	reg := builtinWorkflows(t)
+	noRoots := testPolicy
+	noRoots.FileRoots = nil
+	if _, vs, _ := admit(validCommand(), reg, testConfig, noRoots); len(vs) != 2 || vs[0].Reason != config.ReasonRefOutsideFileRoots {
+		t.Errorf("no file roots: %v, want both refs refused", vs)
+	}
+	loopback := testPolicy
+	loopback.Egress.Allow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	for cb, ok := range map[string]bool{"http://127.0.0.1:9000/hook": true, "http://localhost:9000/hook": true,
+		"http://[::1]:9000/hook": false, "http://169.254.169.254/": false, "https://hooks.example.com/x": true} {
+		c := validCommand()
+		c.CallbackUrl = cb
+		if _, vs, _ := admit(c, reg, testConfig, loopback); ok != (len(vs) == 0) {
+			t.Errorf("loopback allowlisted, callback %s: %v, want accepted %v", cb, vs, ok)
+		}
+	}
+}
+
 func TestAdmitReportsEveryViolationAtOnce(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.SchemaVersion, c.InputRef, c.Payload = "9", "nope", &structpb.Struct{}
-	_, vs, _ := admit(c, builtinWorkflows(t), testConfig, "")
+	_, vs, _ := admit(c, builtinWorkflows(t), testConfig, testPolicy)
 	fields := map[string]bool{}
 	for _, v := range vs {
 		fields[v.Field] = true
@@ -169,7 +208,7 @@ func TestBurstRoutesOnTenantAndDocument(t *testing.T) {
 	t.Parallel()
 	c := validCommand()
 	c.Mode, c.DocId = luciusv1.Mode_MODE_BURST, " Doc-7 "
-	a, vs, err := admit(c, builtinWorkflows(t), testConfig, "")
+	a, vs, err := admit(c, builtinWorkflows(t), testConfig, testPolicy)
 	if err != nil || vs != nil {
 		t.Fatal(vs)
 	}
@@ -190,7 +229,7 @@ func FuzzAdmit(f *testing.F) {
 		if proto.Unmarshal(raw, c) != nil {
 			return
 		}
-		a, vs, err := admit(c, reg, testConfig, "")
+		a, vs, err := admit(c, reg, testConfig, testPolicy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +302,7 @@ func TestAdmitAppliesTheTenantConfiguration(t *testing.T) {
 			t.Parallel()
 			c := validCommand()
 			tt.mutate(c)
-			a, vs, err := admit(c, reg, snap, "")
+			a, vs, err := admit(c, reg, snap, testPolicy)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,6 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -36,28 +35,30 @@ type commandService struct {
 	store     *ledger.Store
 	workflows *registry.Registry
 	config    *config.Watcher
-	topology  routing.Topology
-	payload   PayloadLimits
+	policy    Policy
 	gate      *gate
+	rates     *rateLimits
 	log       *slog.Logger
 	submits   metric.Int64Counter
 }
 
 var _ luciusv1.CommandServiceServer = (*commandService)(nil)
 
-func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, topology routing.Topology,
-	payload PayloadLimits, log *slog.Logger) (*commandService, error) {
-	payload.defaults()
+func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *config.Watcher, policy Policy,
+	log *slog.Logger) (*commandService, error) {
+	policy.Payload.defaults()
 	submits, err := otel.Meter("lucius/gateway").Int64Counter("lucius_gateway_submits_total",
-		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited) and request type."))
+		metric.WithDescription("Commands submitted, by outcome (accepted, duplicate, invalid, conflict, limited, rate_limited) and request type."))
 	if err != nil {
 		return nil, err
 	}
-	return &commandService{store: store, workflows: workflows, config: cfg, topology: topology, payload: payload, gate: newGate(100 * time.Millisecond),
-		log: log, submits: submits}, nil
+	return &commandService{store: store, workflows: workflows, config: cfg, policy: policy, gate: newGate(100 * time.Millisecond),
+		rates: newRateLimits(cfg.Current, policy.MaxKeyLimiters),
+		log:   log, submits: submits}, nil
 }
 
-// Submit bounds the payload, validates the envelope, derives the job id and
+// Submit checks the caller holds the tenant, applies the tenant's request
+// rates, bounds the payload, validates the envelope, derives the job id and
 // stores the request with its orchestrator-jobs message in one transaction,
 // unless an admission limit refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
@@ -67,11 +68,16 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		s.count(ctx, "forbidden", cmd.GetRequestType())
 		return nil, err
 	}
-	if vs := checkPayload(cmd.GetPayload(), s.payload); vs != nil {
+	// Rates next: a tenant over its rate costs no validation or database work.
+	if st := s.rates.allowSubmit(cmd); st != nil {
+		s.count(ctx, "rate_limited", cmd.GetRequestType())
+		return nil, st.Err()
+	}
+	if vs := checkPayload(cmd.GetPayload(), s.policy.Payload); vs != nil {
 		s.count(ctx, "invalid", cmd.GetRequestType())
 		return nil, server.InvalidArgument(vs...).Err()
 	}
-	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.topology)
+	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.policy)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))
 		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()

@@ -131,3 +131,45 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 		t.Fatalf("back on the global tenant limit: %d", code)
 	}
 }
+
+// Webhook secrets and request rates are part of a tenant's configuration:
+// stored through UpdateTenantConfig and read back whole by GetTenantConfig;
+// malformed ones are refused with a field violation.
+func TestTenantConfigRoundTripsWebhookSecretsAndRates(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t)
+	in := map[string]any{
+		"webhook_secrets": []string{testWebhookSecret, "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="},
+		"request_rate":    map[string]any{"requests_per_second": 2.5, "burst": 5},
+		"key_rate_limits": []any{map[string]any{"field": "doc_id", "rate": map[string]any{"requests_per_second": 0.2}},
+			map[string]any{"field": "payload.scene", "rate": map[string]any{"requests_per_second": 1, "burst": 3}}},
+	}
+	if code, body := f.rest(t, "PUT", "/v1/config/tenants/acme", in); code != http.StatusOK {
+		t.Fatalf("update: %d %v", code, body)
+	}
+	code, got := f.rest(t, "GET", "/v1/config/tenants/acme", nil)
+	cfg, _ := got["config"].(map[string]any)
+	want, _ := json.Marshal(in)
+	var wantMap map[string]any
+	_ = json.Unmarshal(want, &wantMap)
+	for _, field := range []string{"webhook_secrets", "request_rate", "key_rate_limits"} {
+		a, _ := json.Marshal(cfg[field])
+		b, _ := json.Marshal(wantMap[field])
+		if code != http.StatusOK || !bytes.Equal(a, b) {
+			t.Errorf("%s read back %s, want %s (%d)", field, a, b, code)
+		}
+	}
+	for _, bad := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"webhook_secrets": []string{"not-a-secret"}}, "config.webhook_secrets[0]"},
+		{map[string]any{"request_rate": map[string]any{"requests_per_second": 0}}, "config.request_rate.requests_per_second"},
+		{map[string]any{"key_rate_limits": []any{map[string]any{"field": "tenant_id", "rate": map[string]any{"requests_per_second": 1}}}},
+			"config.key_rate_limits[0].field"},
+	} {
+		if code, body := f.rest(t, "PUT", "/v1/config/tenants/acme", bad.body); code != http.StatusBadRequest || !hasFieldViolation(body, bad.field) {
+			t.Errorf("invalid %v: %d %v, want 400 naming %s", bad.body, code, body, bad.field)
+		}
+	}
+}

@@ -193,7 +193,23 @@ func tenantFromProto(p *luciusv1.TenantConfig) config.Tenant {
 		refs := refsFromProto(p.GetRefPolicy())
 		t.Refs = &refs
 	}
+	t.WebhookSecrets = p.GetWebhookSecrets()
+	if p.GetRequestRate() != nil {
+		r := rateFromProto(p.GetRequestRate())
+		t.RequestRate = &r
+	}
+	for _, k := range p.GetKeyRateLimits() {
+		t.KeyRateLimits = append(t.KeyRateLimits, config.KeyRateLimit{Field: k.GetField(), Rate: rateFromProto(k.GetRate())})
+	}
 	return t
+}
+
+func rateFromProto(r *luciusv1.RateLimit) config.RateLimit {
+	return config.RateLimit{RequestsPerSecond: r.GetRequestsPerSecond(), Burst: int(r.GetBurst())}
+}
+
+func rateToProto(r config.RateLimit) *luciusv1.RateLimit {
+	return &luciusv1.RateLimit{RequestsPerSecond: r.RequestsPerSecond, Burst: int32(r.Burst)}
 }
 
 func tenantToProto(t config.Tenant) *luciusv1.TenantConfig {
@@ -207,6 +223,13 @@ func tenantToProto(t config.Tenant) *luciusv1.TenantConfig {
 	}
 	if t.Refs != nil {
 		out.RefPolicy = refsToProto(*t.Refs)
+	}
+	out.WebhookSecrets = t.WebhookSecrets
+	if t.RequestRate != nil {
+		out.RequestRate = rateToProto(*t.RequestRate)
+	}
+	for _, k := range t.KeyRateLimits {
+		out.KeyRateLimits = append(out.KeyRateLimits, &luciusv1.KeyRateLimit{Field: k.Field, Rate: rateToProto(k.Rate)})
 	}
 	return out
 }

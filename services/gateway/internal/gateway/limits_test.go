@@ -216,7 +216,7 @@ func FuzzSubmitRequest(f *testing.F) {
 		if !within {
 			return
 		}
-		a, avs, err := admit(cmd, reg, testConfig, "")
+		a, avs, err := admit(cmd, reg, testConfig, testPolicy)
 		if err != nil {
 			t.Fatal(err)
 		}

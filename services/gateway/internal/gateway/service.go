@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	commands, err := newCommandService(store, workflows, live, cfg.Policy.Topology, cfg.Policy.Payload, log)
+	commands, err := newCommandService(store, workflows, live, cfg.Policy, log)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,7 +16,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
@@ -65,28 +69,41 @@ func (c CallbackConfig) backoff(n int) time.Duration {
 	return min(d, c.MaxBackoff)
 }
 
-// deliverer POSTs completion callbacks ({job_id, status, result_ref}, seed 001
-// §13.2) from the outbox to each job's callback_url, retrying with backoff.
-// Every attempt is recorded as a CALLBACK_DELIVERY event of the job. A 2xx
-// answer delivers; 408, 429, 5xx and network errors are retried; another 4xx
-// means the callback will never be accepted, and it is abandoned at once.
+// deliverer POSTs completion callbacks ({job_id, status, result_url}, seed
+// 001 §13.2) from the outbox to each job's callback_url, retrying with
+// backoff, signed per Standard Webhooks with the tenant's webhook secrets as
+// the live configuration holds them at each attempt. Every attempt is
+// recorded as a CALLBACK_DELIVERY event of the job. A 2xx answer delivers;
+// 408, 429, 5xx and network errors are retried; another 4xx means the
+// callback will never be accepted, and it is abandoned at once, as is a
+// callback whose tenant has no webhook secret (NO_WEBHOOK_SECRET: never sent
+// unsigned) or whose address the egress policy forbids (ADDRESS_FORBIDDEN).
 type deliverer struct {
-	store  *ledger.Store
-	cfg    CallbackConfig
-	client *http.Client
-	log    *slog.Logger
-	sent   metric.Int64Counter
+	store *ledger.Store
+	cfg   CallbackConfig
+	// secrets returns a tenant's webhook secrets (none: do not deliver).
+	secrets func(tenant string) []string
+	client  *http.Client
+	now     func() time.Time
+	log     *slog.Logger
+	sent    metric.Int64Counter
 }
 
-func newDeliverer(store *ledger.Store, cfg CallbackConfig, log *slog.Logger) (*deliverer, error) {
+func newDeliverer(store *ledger.Store, cfg CallbackConfig, egressPolicy egress.Policy, secrets func(tenant string) []string,
+	log *slog.Logger) (*deliverer, error) {
 	cfg.defaults()
 	sent, err := otel.Meter("lucius/reconciler").Int64Counter("lucius_completion_callbacks_total",
 		metric.WithDescription("Completion callback deliveries, by outcome (delivered, retry, abandoned)."))
 	if err != nil {
 		return nil, err
 	}
-	return &deliverer{store: store, cfg: cfg, log: log, sent: sent,
-		client: &http.Client{Timeout: cfg.Timeout, Transport: otelhttp.NewTransport(http.DefaultTransport)}}, nil
+	client := egressPolicy.Client(cfg.Timeout, func(rt http.RoundTripper) http.RoundTripper { return otelhttp.NewTransport(rt) })
+	return &deliverer{store: store, cfg: cfg, secrets: secrets, client: client, now: time.Now, log: log, sent: sent}, nil
+}
+
+// liveSecrets reads tenants' webhook secrets from the live configuration.
+func liveSecrets(live *config.Watcher) func(string) []string {
+	return func(tenant string) []string { return live.Current().Tenants[routing.Normalize(tenant)].WebhookSecrets }
 }
 
 func (d *deliverer) run(ctx context.Context, wake <-chan struct{}) {
@@ -126,6 +143,12 @@ func (d *deliverer) deliver(ctx context.Context, m ledger.OutboxMessage) {
 		Data: map[string]any{"url": m.Destination, "attempt": m.Attempts, "http_status": status}}
 	var outcome string
 	switch {
+	case errors.Is(err, errNoWebhookSecret):
+		outcome, event.Reason = "abandoned", "NO_WEBHOOK_SECRET"
+		d.abandon(ctx, m, err.Error(), log)
+	case errors.Is(err, egress.ErrForbidden):
+		outcome, event.Reason = "abandoned", "ADDRESS_FORBIDDEN"
+		d.abandon(ctx, m, err.Error(), log)
 	case err == nil && status >= 200 && status < 300:
 		outcome, event.Reason = "delivered", "DELIVERED"
 		if err := d.store.MarkSent(ctx, []ledger.OutboxMessage{m}); err != nil {
@@ -155,11 +178,31 @@ func (d *deliverer) deliver(ctx context.Context, m ledger.OutboxMessage) {
 	log.InfoContext(ctx, "completion callback "+outcome, "http_status", status, telemetry.Err(err))
 }
 
+// errNoWebhookSecret: the job's tenant has no webhook secret to sign with.
+var errNoWebhookSecret = errors.New("the tenant has no webhook secret (tenant configuration webhook_secrets); completion webhooks are never sent unsigned")
+
 func (d *deliverer) post(ctx context.Context, m ledger.OutboxMessage) (int, error) {
+	tenant := m.Properties["tenant_id"]
+	if tenant == "" { // queued before completion messages named their tenant
+		job, err := d.store.GetJob(ctx, m.JobID)
+		if err != nil {
+			return 0, fmt.Errorf("look up the job's tenant: %w", err)
+		}
+		tenant = job.TenantID
+	}
+	secrets := d.secrets(tenant)
+	if len(secrets) == 0 {
+		return 0, errNoWebhookSecret
+	}
+	headers, err := signWebhook(secrets, m.MessageID, d.now(), m.Body)
+	if err != nil {
+		return 0, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Destination, bytes.NewReader(m.Body))
 	if err != nil {
 		return 0, err
 	}
+	req.Header = headers
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", m.MessageID) // the same callback may arrive twice
 	resp, err := d.client.Do(req)

@@ -21,6 +21,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
@@ -53,6 +54,10 @@ type Config struct {
 	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
 	// workflow's defaults); every process should have the same.
 	WorkflowLimits workflow.Limits
+
+	// Egress is the policy every completion webhook is dialed through
+	// (LUCIUS_EGRESS_ALLOW opens internal ranges).
+	Egress egress.Policy
 
 	// OutboxRetention keeps sent rows this long before purging (default 1h).
 	OutboxRetention time.Duration
@@ -146,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	deliv, err := newDeliverer(store, cfg.Callbacks, log)
+	deliv, err := newDeliverer(store, cfg.Callbacks, cfg.Egress, liveSecrets(live), log)
 	if err != nil {
 		return err
 	}

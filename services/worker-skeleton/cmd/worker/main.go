@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -96,6 +97,7 @@ func readSettings(e *env.Reader) (settings, error) {
 			ShutdownGrace:  e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
 			ExecutionDelay: e.Duration("LUCIUS_WORKER_DELAY", 0),
 			Faults:         e.Bool("LUCIUS_WORKER_FAULTS", false),
+			FileRoots:      splitFileRoots(e.String("LUCIUS_FILE_ROOTS", "")),
 		},
 	}
 	var err error
@@ -150,6 +152,19 @@ func readSettings(e *env.Reader) (settings, error) {
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// splitFileRoots splits LUCIUS_FILE_ROOTS's colon-separated list of
+// folders, trimming spaces and dropping empty items (Config.Validate checks
+// that each is absolute).
+func splitFileRoots(v string) []string {
+	var roots []string
+	for _, r := range filepath.SplitList(v) {
+		if r = strings.TrimSpace(r); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	return roots
 }
 
 // splitServices splits LUCIUS_WORKER_SERVICE's comma-separated list,

@@ -81,6 +81,9 @@ func TestReadSettings(t *testing.T) {
 		{"no callback credentials", map[string]string{"DATABASE_URL": "x", "LUCIUS_WORKER_SERVICE": "ocr"}, "LUCIUS_AUTH_TOKEN_FILE or LUCIUS_CALLBACK_TLS_CERT_FILE is required", ""},
 		{"missing token file", with("LUCIUS_AUTH_TOKEN_FILE", "/nonexistent/token"), "token file", ""},
 		{"bad concurrency", with("LUCIUS_WORKER_CONCURRENCY", "many"), "want an integer", ""},
+		{"file roots", with("LUCIUS_FILE_ROOTS", "/srv/in: /srv/out :"), "", ""},
+		{"a relative file root", with("LUCIUS_FILE_ROOTS", "/srv/in:data"), `file root "data" is not an absolute path`, ""},
+		{"the whole filesystem as a file root", with("LUCIUS_FILE_ROOTS", "/"), `file root "/" would allow every file`, ""},
 		{"negative concurrency", with("LUCIUS_WORKER_CONCURRENCY", "-2"), "concurrency -2 is negative", ""},
 		{"negative concurrency, several services", with("LUCIUS_WORKER_SERVICE", "raster,tiles", "LUCIUS_WORKER_CONCURRENCY", "-2"),
 			"concurrency -2 is negative", ""},
@@ -222,7 +225,7 @@ func startWorker(t *testing.T, services, instance string) *workerProcess {
 
 	w.cmd = exec.Command(bin)
 	w.cmd.Env = append(os.Environ(), "DATABASE_URL="+w.dbURL, "LUCIUS_WORKER_SERVICE="+services, "LUCIUS_WORKER_HTTP_ADDR="+w.httpAddr,
-		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms",
+		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms", "LUCIUS_FILE_ROOTS="+dir,
 		"LUCIUS_AUTH_JWKS_FILE="+issuer.JWKSPath(), "LUCIUS_AUTH_TOKEN_FILE="+issuer.TokenFile(t, authtest.Worker(strings.Split(services, ",")...)))
 	w.cmd.Stdout, w.cmd.Stderr = w.output, w.output
 	if err := w.cmd.Start(); err != nil {

@@ -155,6 +155,7 @@ func TestConvert(t *testing.T) {
 	rand.Read(random)
 	tail := []byte("last bytes after a hole")
 	sparse := sparseFile(t, 24<<20, tail)
+	missing := filepath.Join(t.TempDir(), "missing.tif") // inside the file roots workertest gives
 	sparseContent := make([]byte, 24<<20)
 	copy(sparseContent[len(sparseContent)-len(tail):], tail)
 
@@ -175,8 +176,10 @@ func TestConvert(t *testing.T) {
 			"INVALID_INPUT: raster_cog_fa: payload.source_url is required"},
 		{"missing target_crs", raster.HandlerCOGDocker, "", random, "", map[string]any{"source_url": "file:///x.tif"},
 			"INVALID_INPUT: raster_cog_docker: payload.target_crs is required"},
-		{"source not found", raster.HandlerCOGFA, "", nil, "file:///nonexistent/lucius/raster.tif", nil,
-			"INPUT_NOT_FOUND: raster_cog_fa: source_url: read file:///nonexistent/lucius/raster.tif"},
+		{"source not found", raster.HandlerCOGFA, "", nil, "file://" + missing, nil,
+			"INPUT_NOT_FOUND: raster_cog_fa: source_url: read file://" + missing},
+		{"source outside the file roots", raster.HandlerCOGFA, "", nil, "file:///etc/passwd", nil,
+			"REF_OUTSIDE_FILE_ROOTS: raster_cog_fa: source_url: ref"},
 		{"source on blob storage", raster.HandlerCOGDocker, "", nil, "https://acct.blob.core.windows.net/c/b.tif", nil,
 			"UNSUPPORTED_REF: raster_cog_docker: source_url"},
 	} {

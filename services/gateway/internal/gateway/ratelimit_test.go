@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
+)
+
+// rateFixture is a rateLimits over a configuration the test changes and a
+// clock it moves.
+type rateFixture struct {
+	snap atomic.Pointer[config.Snapshot]
+	now  time.Time
+	l    *rateLimits
+}
+
+func newRateFixture(maxKeys int, tenants map[string]config.Tenant) *rateFixture {
+	f := &rateFixture{now: time.Unix(1_700_000_000, 0)}
+	f.set(tenants)
+	f.l = newRateLimits(f.snap.Load, maxKeys)
+	f.l.now = func() time.Time { return f.now }
+	return f
+}
+
+func (f *rateFixture) set(tenants map[string]config.Tenant) {
+	f.snap.Store(&config.Snapshot{Tenants: tenants})
+}
+
+func submitOf(tenant, docID string, payload map[string]any) *luciusv1.Command {
+	p, _ := structpb.NewStruct(payload)
+	return &luciusv1.Command{TenantId: tenant, DocId: docID, RequestType: "OCR", Payload: p}
+}
+
+// reasonAndDelay reads a refusal's ErrorInfo reason and RetryInfo delay.
+func reasonAndDelay(t *testing.T, st *status.Status) (string, time.Duration) {
+	t.Helper()
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("refusal %v, want RESOURCE_EXHAUSTED", st)
+	}
+	var reason string
+	var delay time.Duration
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		case *errdetails.RetryInfo:
+			delay = d.GetRetryDelay().AsDuration()
+		}
+	}
+	return reason, delay
+}
+
+func TestTenantRateIsATokenBucketThatFollowsTheConfiguration(t *testing.T) {
+	t.Parallel()
+	f := newRateFixture(0, map[string]config.Tenant{"acme": {RequestRate: &config.RateLimit{RequestsPerSecond: 1, Burst: 2}}})
+	for i := range 2 {
+		if ok, _ := f.l.Allow(" ACME "); !ok {
+			t.Fatalf("call %d within the burst refused", i+1)
+		}
+	}
+	ok, wait := f.l.Allow("acme")
+	if ok || wait <= 0 || wait > time.Second {
+		t.Fatalf("over the burst: %v, retry after %v; want refused for at most 1s", ok, wait)
+	}
+	if ok, _ := f.l.Allow("globex"); !ok {
+		t.Fatal("a tenant without a rate was refused")
+	}
+	f.now = f.now.Add(time.Second)
+	if ok, _ := f.l.Allow("acme"); !ok {
+		t.Fatal("refused after the bucket refilled")
+	}
+	if ok, _ := f.l.Allow("acme"); ok {
+		t.Fatal("a refill of one token allowed two calls")
+	}
+	// A faster rate applies from the next call on; removing it lifts the limit.
+	f.set(map[string]config.Tenant{"acme": {RequestRate: &config.RateLimit{RequestsPerSecond: 100, Burst: 1}}})
+	if ok, wait := f.l.Allow("acme"); ok || wait > 10*time.Millisecond {
+		t.Fatalf("after raising the rate to 100/s: %v, retry after %v; want refused for at most 10ms", ok, wait)
+	}
+	f.now = f.now.Add(10 * time.Millisecond)
+	if ok, wait := f.l.Allow("acme"); !ok {
+		t.Fatalf("the raised rate did not apply: retry after %v", wait)
+	}
+	f.set(map[string]config.Tenant{"acme": {}})
+	for range 10 {
+		if ok, _ := f.l.Allow("acme"); !ok {
+			t.Fatal("refused after the rate was removed")
+		}
+	}
+	if len(f.l.tenants) != 0 {
+		t.Errorf("%d tenant buckets kept after the rate was removed", len(f.l.tenants))
+	}
+}
+
+func TestKeyRatesLimitSubmitsSharingAFieldValue(t *testing.T) {
+	t.Parallel()
+	f := newRateFixture(0, map[string]config.Tenant{"acme": {KeyRateLimits: []config.KeyRateLimit{
+		{Field: "doc_id", Rate: config.RateLimit{RequestsPerSecond: 0.5}},
+		{Field: "payload.scene", Rate: config.RateLimit{RequestsPerSecond: 1}},
+	}}})
+	if st := f.l.allowSubmit(submitOf("acme", "doc-1", nil)); st != nil {
+		t.Fatalf("first submit of doc-1: %v", st)
+	}
+	st := f.l.allowSubmit(submitOf("acme", " doc-1 ", nil))
+	if st == nil {
+		t.Fatal("doc-1 resubmitted at once was allowed")
+	}
+	if reason, delay := reasonAndDelay(t, st); reason != ReasonKeyRateLimited || delay <= time.Second || delay > 2*time.Second {
+		t.Fatalf("refusal %s after %v, want %s within 2s", reason, delay, ReasonKeyRateLimited)
+	}
+	for _, other := range []*luciusv1.Command{submitOf("acme", "doc-2", nil), submitOf("globex", "doc-1", nil), submitOf("acme", "", nil)} {
+		if st := f.l.allowSubmit(other); st != nil {
+			t.Errorf("tenant %s doc %q refused: %v", other.GetTenantId(), other.GetDocId(), st)
+		}
+	}
+	scene := map[string]any{"scene": map[string]any{"id": 7.0}}
+	if st := f.l.allowSubmit(submitOf("acme", "doc-3", scene)); st != nil {
+		t.Fatalf("first submit of the scene: %v", st)
+	}
+	if st := f.l.allowSubmit(submitOf("acme", "doc-4", scene)); st == nil {
+		t.Fatal("the same payload.scene resubmitted at once was allowed")
+	}
+	f.now = f.now.Add(2 * time.Second)
+	if st := f.l.allowSubmit(submitOf("acme", "doc-1", nil)); st != nil {
+		t.Fatalf("doc-1 after its bucket refilled: %v", st)
+	}
+}
+
+// A submit refused by one bucket takes no token from the others.
+func TestARefusedSubmitTakesNoToken(t *testing.T) {
+	t.Parallel()
+	f := newRateFixture(0, map[string]config.Tenant{"acme": {RequestRate: &config.RateLimit{RequestsPerSecond: 0.001, Burst: 2},
+		KeyRateLimits: []config.KeyRateLimit{{Field: "doc_id", Rate: config.RateLimit{RequestsPerSecond: 0.001}}}}})
+	if st := f.l.allowSubmit(submitOf("acme", "doc-1", nil)); st != nil {
+		t.Fatal(st)
+	}
+	for range 5 {
+		if st := f.l.allowSubmit(submitOf("acme", "doc-1", nil)); st == nil {
+			t.Fatal("doc-1 allowed twice")
+		}
+	}
+	if st := f.l.allowSubmit(submitOf("acme", "doc-2", nil)); st != nil {
+		t.Fatalf("the tenant's second token was spent by refused submits: %v", st)
+	}
+	st := f.l.allowSubmit(submitOf("acme", "doc-3", nil))
+	if reason, _ := reasonAndDelay(t, st); reason != ReasonTenantRateLimited {
+		t.Fatalf("third distinct document: %s, want %s", reason, ReasonTenantRateLimited)
+	}
+}
+
+func TestKeyBucketsAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newRateFixture(3, map[string]config.Tenant{"acme": {KeyRateLimits: []config.KeyRateLimit{
+		{Field: "doc_id", Rate: config.RateLimit{RequestsPerSecond: 0.001}}}}})
+	for i := range 100 {
+		if st := f.l.allowSubmit(submitOf("acme", fmt.Sprintf("doc-%d", i), nil)); st != nil {
+			t.Fatalf("doc-%d: %v", i, st)
+		}
+	}
+	if len(f.l.keys) != 3 || f.l.lru.Len() != 3 {
+		t.Fatalf("%d key buckets (%d in the LRU), want 3", len(f.l.keys), f.l.lru.Len())
+	}
+	// The most recent keys are still limited; the evicted one starts full.
+	if st := f.l.allowSubmit(submitOf("acme", "doc-99", nil)); st == nil {
+		t.Error("a recent key was forgotten")
+	}
+	if st := f.l.allowSubmit(submitOf("acme", "doc-0", nil)); st != nil {
+		t.Errorf("an evicted key did not start full: %v", st)
+	}
+}
+
+// Over REST a submit over the tenant's rate is 429 with Retry-After and the
+// reason, after a configuration change made through the ConfigService.
+func TestSubmitOverTheTenantRateIs429WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t)
+	if code, body := f.rest(t, "PUT", "/v1/config/tenants/acme", map[string]any{
+		"request_rate": map[string]any{"requests_per_second": 0.2, "burst": 1}}); code != http.StatusOK {
+		t.Fatalf("set the rate: %d %v", code, body)
+	}
+	if code, body := f.rest(t, "POST", "/v1/commands", validBody("r1")); code != http.StatusAccepted {
+		t.Fatalf("first submit: %d %v", code, body)
+	}
+	code, header, body := f.restHeader(t, "POST", "/v1/commands", validBody("r2"))
+	if code != http.StatusTooManyRequests || reasonOf(body) != ReasonTenantRateLimited {
+		t.Fatalf("second submit: %d %v, want 429 %s", code, body, ReasonTenantRateLimited)
+	}
+	if ra := header.Get("Retry-After"); ra != "5" && ra != "4" {
+		t.Errorf("Retry-After %q, want about 5 seconds", ra)
+	}
+}
