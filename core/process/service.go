@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/env"
@@ -78,8 +79,9 @@ func ReadLimits(e *env.Reader) server.Limits {
 	}
 }
 
-// Endpoint opens the service's guarded gRPC and HTTP endpoint.
-func (s Service) Endpoint(restOpts ...runtime.ServeMuxOption) (*server.Endpoint, error) {
+// Endpoint opens the service's guarded gRPC and HTTP endpoint; unary
+// interceptors run after authentication and validation, in order.
+func (s Service) Endpoint(unary []grpc.UnaryServerInterceptor, restOpts ...runtime.ServeMuxOption) (*server.Endpoint, error) {
 	authn, err := auth.NewAuthenticator(s.Auth)
 	if err != nil {
 		return nil, err
@@ -89,7 +91,7 @@ func (s Service) Endpoint(restOpts ...runtime.ServeMuxOption) (*server.Endpoint,
 		return nil, err
 	}
 	return server.NewEndpoint(server.EndpointConfig{GRPCAddr: s.GRPCAddr, HTTPAddr: s.HTTPAddr, Logger: s.Logger,
-		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg, Limits: s.Limits}, restOpts...)
+		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg, Limits: s.Limits, Unary: unary}, restOpts...)
 }
 
 // Defaults fills unset addresses and pool size with the service's own

@@ -45,6 +45,9 @@ type EndpointConfig struct {
 	// Limits bound requests (zero values take the defaults): one request size
 	// for gRPC messages and REST bodies, JSON depth, HTTP timeouts and header size.
 	Limits Limits
+	// Unary interceptors run after authentication and validation, in order
+	// (a service's own policies, such as request rates, that need the caller).
+	Unary []grpc.UnaryServerInterceptor
 }
 
 // NewEndpoint opens both listeners and builds the servers.
@@ -57,6 +60,9 @@ func NewEndpoint(cfg EndpointConfig, restOpts ...runtime.ServeMuxOption) (*Endpo
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(limits.MaxRequestBytes)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if len(cfg.Unary) > 0 {
+		opts = append(opts, grpc.ChainUnaryInterceptor(cfg.Unary...))
 	}
 	srv, hs, err := NewGRPC(cfg.Logger, cfg.Guard, opts...)
 	if err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"strings"
@@ -9,9 +10,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
@@ -65,24 +68,56 @@ func newRateLimits(cfg func() *config.Snapshot, maxKeys int) *rateLimits {
 		keys: map[string]*list.Element{}, lru: list.New()}
 }
 
-// Allow takes one token from tenant's request_rate bucket, or says how long
-// to wait for one. A tenant without a configured rate is always allowed.
-// Every RPC a tenant makes should pass it (Submit does; the other RPCs
-// once authentication says which tenant calls).
-func (l *rateLimits) Allow(tenant string) (ok bool, retryAfter time.Duration) {
-	tenant = routing.Normalize(tenant)
+// allowTenants takes one token from each tenant's request_rate bucket, all
+// or nothing, and returns nil or the RESOURCE_EXHAUSTED status to answer.
+// Tenants without a configured rate are always allowed.
+func (l *rateLimits) allowTenants(tenants []string) *status.Status {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.tenantReservation(l.config().Tenants[tenant].RequestRate, tenant, now)
-	if r == nil {
-		return true, 0
+	snap := l.config()
+	var refused string
+	var limit float64
+	var wait time.Duration
+	var taken []*rate.Reservation
+	for _, t := range tenants {
+		t = routing.Normalize(t)
+		rl := snap.Tenants[t].RequestRate
+		r := l.tenantReservation(rl, t, now)
+		if r == nil {
+			continue
+		}
+		taken = append(taken, r)
+		if d := r.DelayFrom(now); d > wait {
+			refused, limit, wait = t, rl.RequestsPerSecond, d
+		}
 	}
-	if d := r.DelayFrom(now); d > 0 {
+	if wait == 0 {
+		return nil
+	}
+	for _, r := range taken {
 		r.CancelAt(now)
-		return false, d
 	}
-	return true, 0
+	return server.ResourceExhausted(ReasonTenantRateLimited,
+		fmt.Sprintf("tenant %q is over its request rate (%g/s); retry later", refused, limit), wait, "tenant_id", refused)
+}
+
+// unary charges every call of a partner, other than Submit (which charges
+// the command's tenant and key rates itself), to the request rates of the
+// tenants its token holds, before the handler does any work. Operators act
+// for every tenant and are not charged; workers never reach the gateway's
+// services. It runs after authentication, which put the principal in ctx.
+func (l *rateLimits) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		p := auth.FromContext(ctx)
+		if info.FullMethod == luciusv1.CommandService_Submit_FullMethodName || p == nil || p.Operator() {
+			return handler(ctx, req)
+		}
+		if st := l.allowTenants(p.Tenants); st != nil {
+			return nil, st.Err()
+		}
+		return handler(ctx, req)
+	}
 }
 
 // allowSubmit applies the tenant's rate and every key rate to a submit, all

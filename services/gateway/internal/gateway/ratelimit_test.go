@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -8,11 +9,13 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/config"
 )
 
@@ -30,6 +33,20 @@ func newRateFixture(maxKeys int, tenants map[string]config.Tenant) *rateFixture 
 	f.l = newRateLimits(f.snap.Load, maxKeys)
 	f.l.now = func() time.Time { return f.now }
 	return f
+}
+
+// allow takes a token of one tenant's rate: refused with the delay to wait.
+func (f *rateFixture) allow(t *testing.T, tenant string) (bool, time.Duration) {
+	t.Helper()
+	st := f.l.allowTenants([]string{tenant})
+	if st == nil {
+		return true, 0
+	}
+	reason, delay := reasonAndDelay(t, st)
+	if reason != ReasonTenantRateLimited {
+		t.Fatalf("reason %s, want %s", reason, ReasonTenantRateLimited)
+	}
+	return false, delay
 }
 
 func (f *rateFixture) set(tenants map[string]config.Tenant) {
@@ -64,36 +81,36 @@ func TestTenantRateIsATokenBucketThatFollowsTheConfiguration(t *testing.T) {
 	t.Parallel()
 	f := newRateFixture(0, map[string]config.Tenant{"acme": {RequestRate: &config.RateLimit{RequestsPerSecond: 1, Burst: 2}}})
 	for i := range 2 {
-		if ok, _ := f.l.Allow(" ACME "); !ok {
+		if ok, _ := f.allow(t, " ACME "); !ok {
 			t.Fatalf("call %d within the burst refused", i+1)
 		}
 	}
-	ok, wait := f.l.Allow("acme")
+	ok, wait := f.allow(t, "acme")
 	if ok || wait <= 0 || wait > time.Second {
 		t.Fatalf("over the burst: %v, retry after %v; want refused for at most 1s", ok, wait)
 	}
-	if ok, _ := f.l.Allow("globex"); !ok {
+	if ok, _ := f.allow(t, "globex"); !ok {
 		t.Fatal("a tenant without a rate was refused")
 	}
 	f.now = f.now.Add(time.Second)
-	if ok, _ := f.l.Allow("acme"); !ok {
+	if ok, _ := f.allow(t, "acme"); !ok {
 		t.Fatal("refused after the bucket refilled")
 	}
-	if ok, _ := f.l.Allow("acme"); ok {
+	if ok, _ := f.allow(t, "acme"); ok {
 		t.Fatal("a refill of one token allowed two calls")
 	}
 	// A faster rate applies from the next call on; removing it lifts the limit.
 	f.set(map[string]config.Tenant{"acme": {RequestRate: &config.RateLimit{RequestsPerSecond: 100, Burst: 1}}})
-	if ok, wait := f.l.Allow("acme"); ok || wait > 10*time.Millisecond {
+	if ok, wait := f.allow(t, "acme"); ok || wait > 10*time.Millisecond {
 		t.Fatalf("after raising the rate to 100/s: %v, retry after %v; want refused for at most 10ms", ok, wait)
 	}
 	f.now = f.now.Add(10 * time.Millisecond)
-	if ok, wait := f.l.Allow("acme"); !ok {
+	if ok, wait := f.allow(t, "acme"); !ok {
 		t.Fatalf("the raised rate did not apply: retry after %v", wait)
 	}
 	f.set(map[string]config.Tenant{"acme": {}})
 	for range 10 {
-		if ok, _ := f.l.Allow("acme"); !ok {
+		if ok, _ := f.allow(t, "acme"); !ok {
 			t.Fatal("refused after the rate was removed")
 		}
 	}
@@ -197,5 +214,53 @@ func TestSubmitOverTheTenantRateIs429WithRetryAfter(t *testing.T) {
 	}
 	if ra := header.Get("Retry-After"); ra != "5" && ra != "4" {
 		t.Errorf("Retry-After %q, want about 5 seconds", ra)
+	}
+}
+
+// Every call a partner makes, but Submit (which charges the command's
+// tenant itself), is charged to the tenants its token holds, all or
+// nothing; operators are not charged.
+func TestPartnerCallsAreChargedToTheirTenantsRates(t *testing.T) {
+	t.Parallel()
+	f := newRateFixture(0, map[string]config.Tenant{
+		"acme":   {RequestRate: &config.RateLimit{RequestsPerSecond: 1, Burst: 1}},
+		"globex": {RequestRate: &config.RateLimit{RequestsPerSecond: 1, Burst: 1}},
+	})
+	intercept := f.l.unary()
+	calls := 0
+	handler := func(context.Context, any) (any, error) { calls++; return "ok", nil }
+	call := func(p *auth.Principal, method string) error {
+		_, err := intercept(auth.NewContext(context.Background(), p), nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+		return err
+	}
+	acme := &auth.Principal{Subject: "acme-app", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme"}}
+	both := &auth.Principal{Subject: "both-app", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme", "globex"}}
+	ops := &auth.Principal{Subject: "ops", Roles: []auth.Role{auth.RoleOperator}}
+	get := luciusv1.JobService_GetJob_FullMethodName
+
+	if err := call(acme, get); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	err := call(acme, get)
+	if reason, delay := reasonAndDelay(t, status.Convert(err)); reason != ReasonTenantRateLimited || delay <= 0 {
+		t.Fatalf("second call within the second: %v", err)
+	}
+	// Refused for acme, so globex keeps both of its tokens.
+	if err := call(both, luciusv1.JobService_ListJobs_FullMethodName); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a partner of acme and globex while acme is over its rate: %v", err)
+	}
+	if ok, _ := f.allow(t, "globex"); !ok {
+		t.Fatal("globex lost a token to a refused call")
+	}
+	for _, c := range []struct {
+		p      *auth.Principal
+		method string
+	}{{ops, get}, {acme, luciusv1.CommandService_Submit_FullMethodName}, {nil, "/grpc.health.v1.Health/Check"}} {
+		if err := call(c.p, c.method); err != nil {
+			t.Fatalf("%v calling %s: %v", c.p, c.method, err)
+		}
+	}
+	if calls != 4 {
+		t.Fatalf("the handler ran %d times, want 4 (no refused call reaches it)", calls)
 	}
 }

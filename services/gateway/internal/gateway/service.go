@@ -17,6 +17,7 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -83,7 +84,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := cfg.Service.Endpoint(runtime.WithForwardResponseOption(acceptedFor202))
+	ep, err := cfg.Service.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary()},
+		runtime.WithForwardResponseOption(acceptedFor202))
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ep, err := cfg.Service.Endpoint()
+	ep, err := cfg.Service.Endpoint(nil)
 	if err != nil {
 		return err
 	}

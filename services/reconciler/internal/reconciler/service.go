@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := cfg.Service.Endpoint()
+	ep, err := cfg.Service.Endpoint(nil)
 	if err != nil {
 		return err
 	}
