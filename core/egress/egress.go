@@ -130,7 +130,8 @@ func (p Policy) CheckHost(host string) error {
 		return p.CheckAddr(a)
 	}
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return p.CheckAddr(netip.MustParseAddr("127.0.0.1"))
+		// Either loopback may answer the name: both must be allowed.
+		return errors.Join(p.CheckAddr(netip.MustParseAddr("127.0.0.1")), p.CheckAddr(netip.MustParseAddr("::1")))
 	}
 	return nil
 }

@@ -133,9 +133,14 @@ func TestCheckURLRefusesLiteralInternalHosts(t *testing.T) {
 			t.Errorf("CheckURL(%s) = %v, want allowed %v", tt.url, err, tt.allowed)
 		}
 	}
-	loopback := Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	// localhost may resolve to either loopback: allowed only when both are.
+	ipv4 := Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	if err := ipv4.CheckURL(&url.URL{Scheme: "http", Host: "localhost:8080"}); err == nil {
+		t.Error("only 127.0.0.0/8 allowlisted: localhost allowed, though it may resolve to ::1")
+	}
+	loopback := Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 	if err := loopback.CheckURL(&url.URL{Scheme: "http", Host: "localhost:8080"}); err != nil {
-		t.Errorf("loopback allowlisted: localhost refused: %v", err)
+		t.Errorf("both loopbacks allowlisted: localhost refused: %v", err)
 	}
 }
 

@@ -66,6 +66,8 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	// The tenant comes from the token: a partner submits only for its own.
 	if err := auth.RequireTenant(ctx, cmd.GetTenantId()); err != nil {
 		s.count(ctx, "forbidden", cmd.GetRequestType())
+		s.log.WarnContext(ctx, "call denied", "principal", principalName(ctx), "method", luciusv1.CommandService_Submit_FullMethodName,
+			"reason", auth.ReasonTenantNotHeld, "tenant_id", auth.NormalizeTenant(cmd.GetTenantId()))
 		return nil, err
 	}
 	// Rates next: a tenant over its rate costs no validation or database work.
