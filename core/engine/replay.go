@@ -87,7 +87,7 @@ func Replay(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		tx.Append(
 			ledger.Event{JobID: jobID, Type: ledger.EventJobReplayed, Reason: reason, Data: map[string]any{"replay_job_id": newID, "principal": principal(ctx)}},
 			ledger.Event{JobID: newID, Type: ledger.EventJobAccepted, ToStatus: string(ledger.JobReceived),
-				Reason: "REPLAY", Data: map[string]any{"replay_of": jobID, "at": clock().UTC().Format(time.RFC3339Nano)}},
+				Reason: "REPLAY", Data: map[string]any{"replay_of": jobID, "at": clock().UTC().Format(time.RFC3339Nano), "principal": principal(ctx)}},
 		)
 		return tx.MarkReplayed(ctx, jobID, newID)
 	})

@@ -17,6 +17,15 @@ type Accepted struct {
 	ReceivedAt time.Time
 }
 
+// accepted is a JOB_ACCEPTED event's data.
+func accepted(r Request) map[string]any {
+	data := map[string]any{"tenant_id": r.TenantID, "request_type": r.RequestType, "correlation_id": r.CorrelationID}
+	if r.Principal != "" {
+		data["principal"] = r.Principal
+	}
+	return data
+}
+
 // Accept stores a new request with its outbox message and JOB_ACCEPTED event in
 // one transaction, taking an admission slot in the request's tenant, lane and
 // the global scope. If the job id exists already, nothing is written: the same
@@ -36,7 +45,7 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 		tx.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode, limits: limits}
 		tx.Enqueue(msg)
 		tx.Append(Event{JobID: r.JobID, Type: EventJobAccepted, ToStatus: string(JobReceived),
-			Data: map[string]any{"tenant_id": r.TenantID, "request_type": r.RequestType, "correlation_id": r.CorrelationID}})
+			Data: accepted(r)})
 		return nil
 	})
 	if err != nil {

@@ -133,6 +133,9 @@ type Request struct {
 	// ends or a step reports POLLING (jobs of the runbook executor).
 	Notify     string
 	ReceivedAt time.Time
+	// Principal names who submitted it (issuer#subject), for the JOB_ACCEPTED
+	// event; never a secret.
+	Principal string
 }
 
 // Job is a claimed, executing (or finished) request.

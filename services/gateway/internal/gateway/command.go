@@ -150,7 +150,7 @@ func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.
 	request := ledger.Request{
 		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
 		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
-		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(),
+		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(), Principal: principalName(ctx),
 		Command: raw, Routing: ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
 			Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason},
 	}
