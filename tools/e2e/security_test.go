@@ -157,9 +157,12 @@ func TestSecurityRulesHoldOverRESTAndGRPC(t *testing.T) {
 		}
 		jobs := jobsAs(evil)
 		for name, call := range map[string]func() error{
-			"GetJob":        func() error { _, err := jobs.GetJob(s.ctx, &luciusv1.GetJobRequest{JobId: id}); return err },
-			"ListJobSteps":  func() error { _, err := jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: id}); return err },
-			"ListJobEvents": func() error { _, err := jobs.ListJobEvents(s.ctx, &luciusv1.ListJobEventsRequest{JobId: id}); return err },
+			"GetJob":       func() error { _, err := jobs.GetJob(s.ctx, &luciusv1.GetJobRequest{JobId: id}); return err },
+			"ListJobSteps": func() error { _, err := jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: id}); return err },
+			"ListJobEvents": func() error {
+				_, err := jobs.ListJobEvents(s.ctx, &luciusv1.ListJobEventsRequest{JobId: id})
+				return err
+			},
 			"CancelJob": func() error {
 				_, err := jobs.CancelJob(s.ctx, &luciusv1.CancelJobRequest{JobId: id, Reason: "evil"})
 				return err
