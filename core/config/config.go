@@ -23,6 +23,8 @@ type Global struct {
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
 	Revision   int64         `json:"-"`
 	UpdatedAt  time.Time     `json:"-"`
+	// UpdatedBy names who made the change (issuer#subject); set it before a Put.
+	UpdatedBy string `json:"-"`
 }
 
 // Limits bound concurrent jobs (accepted, not yet terminal); 0 means none.
@@ -61,6 +63,8 @@ type Tenant struct {
 	KeyRateLimits []KeyRateLimit `json:"key_rate_limits,omitempty"`
 	Revision      int64          `json:"-"`
 	UpdatedAt     time.Time      `json:"-"`
+	// UpdatedBy names who made the change (issuer#subject); set it before a Put.
+	UpdatedBy string `json:"-"`
 }
 
 // RateLimit is a token bucket: RequestsPerSecond tokens a second, up to

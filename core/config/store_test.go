@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestStoreRoundTripsWebhookSecretsAndRates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := NewStore(pgtest.NewPool(t))
-	in := Tenant{TenantID: "acme", WebhookSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="},
+	in := Tenant{TenantID: "acme", UpdatedBy: "test", WebhookSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="},
 		RequestRate:   &RateLimit{RequestsPerSecond: 2.5, Burst: 5},
 		KeyRateLimits: []KeyRateLimit{{Field: "doc_id", Rate: RateLimit{RequestsPerSecond: 0.2}}, {Field: "payload.scene", Rate: RateLimit{RequestsPerSecond: 1, Burst: 3}}}}
 	if _, err := s.PutTenant(ctx, in, 0); err != nil {
@@ -56,6 +57,7 @@ func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
 		t.Fatalf("seeding twice: %+v %v", g, err)
 	}
 	g.Limits.Lanes = map[routing.Mode]int{routing.ModeBurst: 7}
+	g.UpdatedBy = "lucius-local#ops"
 	stored, err := s.PutGlobal(ctx, g, g.Revision)
 	if err != nil || stored.Revision != 2 {
 		t.Fatalf("put with the current revision: %+v %v", stored, err)
@@ -63,14 +65,14 @@ func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
 	if _, err := s.PutGlobal(ctx, g, 1); !errors.Is(err, ErrRevisionMismatch) {
 		t.Fatalf("put with a stale revision: %v", err)
 	}
-	acme, err := s.PutTenant(ctx, Tenant{TenantID: "  Acme ", Mode: routing.ModeBurst, MaxActive: intp(0)}, 0)
+	acme, err := s.PutTenant(ctx, Tenant{TenantID: "  Acme ", Mode: routing.ModeBurst, MaxActive: intp(0), UpdatedBy: "lucius-local#ops"}, 0)
 	if err != nil || acme.TenantID != "acme" || acme.Revision != 3 {
 		t.Fatalf("put tenant: %+v %v", acme, err)
 	}
-	if _, err := s.PutTenant(ctx, Tenant{TenantID: "acme"}, 2); !errors.Is(err, ErrRevisionMismatch) {
+	if _, err := s.PutTenant(ctx, Tenant{TenantID: "acme", UpdatedBy: "lucius-local#ops"}, 2); !errors.Is(err, ErrRevisionMismatch) {
 		t.Fatalf("tenant put with a stale revision: %v", err)
 	}
-	if _, err := s.PutTenant(ctx, Tenant{TenantID: "beta"}, 0); err != nil {
+	if _, err := s.PutTenant(ctx, Tenant{TenantID: "beta", UpdatedBy: "lucius-local#beta-ops"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Tenant(ctx, "ACME")
@@ -81,10 +83,10 @@ func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
 	if err != nil || len(page) != 1 || page[0].TenantID != "beta" {
 		t.Fatalf("list after acme: %+v %v", page, err)
 	}
-	if err := s.DeleteTenant(ctx, "beta"); err != nil {
+	if err := s.DeleteTenant(ctx, "beta", "lucius-local#ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteTenant(ctx, "beta"); !errors.Is(err, ErrNotFound) {
+	if err := s.DeleteTenant(ctx, "beta", "lucius-local#ops"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
 	if _, err := s.Tenant(ctx, "beta"); !errors.Is(err, ErrNotFound) {
@@ -93,6 +95,34 @@ func TestStoreKeepsRevisionsAndRefusesStaleUpdates(t *testing.T) {
 	snap, err := s.Load(ctx)
 	if err != nil || snap.Revision != 5 || len(snap.Tenants) != 1 || snap.Global.Limits.Lanes[routing.ModeBurst] != 7 {
 		t.Fatalf("snapshot %+v %v", snap, err)
+	}
+	// Every change that happened names who made it, in its row and in the
+	// audit trail; refused changes left no trace.
+	if g, _ := s.Global(ctx); g.UpdatedBy != "lucius-local#ops" {
+		t.Fatalf("global updated by %q", g.UpdatedBy)
+	}
+	if got, _ := s.Tenant(ctx, "acme"); got.UpdatedBy != "lucius-local#ops" {
+		t.Fatalf("acme updated by %q", got.UpdatedBy)
+	}
+	for scope, want := range map[string][]string{
+		"global": {"2 PUT lucius-local#ops", "1 SEED seed"},
+		" ACME ": {"3 PUT lucius-local#ops"},
+		"beta":   {"5 DELETE lucius-local#ops", "4 PUT lucius-local#beta-ops"},
+	} {
+		changes, err := s.Changes(ctx, scope, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range changes {
+			got = append(got, fmt.Sprintf("%d %s %s", c.Revision, c.Action, c.ChangedBy))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("changes of %q: %v, want %v", scope, got, want)
+		}
+	}
+	if _, err := s.PutGlobal(ctx, Global{}, 0); err == nil {
+		t.Fatal("a change naming nobody was stored")
 	}
 }
 
@@ -121,11 +151,14 @@ func TestChangesReachEveryWatcherWithoutPolling(t *testing.T) {
 	admin := NewStore(watchers[0].pool)
 	for i, change := range []func() error{
 		func() error {
-			_, err := admin.PutTenant(ctx, Tenant{TenantID: "acme", Mode: routing.ModeBurst}, 0)
+			_, err := admin.PutTenant(ctx, Tenant{TenantID: "acme", Mode: routing.ModeBurst, UpdatedBy: "test"}, 0)
 			return err
 		},
-		func() error { _, err := admin.PutGlobal(ctx, Global{Limits: Limits{Global: 100}}, 0); return err },
-		func() error { return admin.DeleteTenant(ctx, "acme") },
+		func() error {
+			_, err := admin.PutGlobal(ctx, Global{Limits: Limits{Global: 100}, UpdatedBy: "test"}, 0)
+			return err
+		},
+		func() error { return admin.DeleteTenant(ctx, "acme", "test") },
 	} {
 		start := time.Now()
 		if err := change(); err != nil {

@@ -204,7 +204,7 @@ nodes:
 func TestFailedChildFailsTheJobFastAndRunningSiblingsAreRecorded(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, _, err := f.reg.Register(f.ctx, "fail_fast.yaml", []byte(failFastYAML)); err != nil {
+	if _, _, err := f.reg.Register(f.ctx, "fail_fast.yaml", []byte(failFastYAML), "test"); err != nil {
 		t.Fatal(err)
 	}
 	q := f.acceptWith("fail_fast", map[string]any{}, "")
@@ -296,7 +296,7 @@ nodes:
 func TestRegisteredWorkflowRunsWithoutCodeChanges(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, _, err := f.reg.Register(f.ctx, "summarize_twice.yaml", []byte(customYAML)); err != nil {
+	if _, _, err := f.reg.Register(f.ctx, "summarize_twice.yaml", []byte(customYAML), "test"); err != nil {
 		t.Fatal(err)
 	}
 	q := f.acceptWith("summarize_twice", map[string]any{"prompt_set": []any{"q"}}, "")
@@ -356,7 +356,7 @@ func TestFanOutOverTheLimitsFailsTheJobWithoutCreatingChildren(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := setupWithLimits(t, limits)
-			if _, _, err := f.reg.Register(f.ctx, "spread.yaml", []byte(spreadYAML)); err != nil {
+			if _, _, err := f.reg.Register(f.ctx, "spread.yaml", []byte(spreadYAML), "test"); err != nil {
 				t.Fatal(err)
 			}
 			q := f.acceptWith("spread", map[string]any{"items": items(tc.items)}, "")

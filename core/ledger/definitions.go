@@ -24,15 +24,18 @@ type StoredDefinition struct {
 	Source       []byte
 	SHA256       string
 	RegisteredAt time.Time
+	// RegisteredBy names who registered it (an operator's issuer#subject, or
+	// where a definition loaded at start came from).
+	RegisteredBy string
 }
 
 // PutDefinition registers a workflow version. Registering the same content
 // again is a no-op (it reports created false); different content under an
 // existing version is ErrDefinitionConflict: versions are immutable.
-func (s *Store) PutDefinition(ctx context.Context, workflowID string, version int, source []byte) (bool, error) {
+func (s *Store) PutDefinition(ctx context.Context, workflowID string, version int, source []byte, by string) (bool, error) {
 	sum := sha256.Sum256(source)
 	hash := hex.EncodeToString(sum[:])
-	tag, err := s.pool.Exec(ctx, sqlPutDefinition, workflowID, version, string(source), hash)
+	tag, err := s.pool.Exec(ctx, sqlPutDefinition, workflowID, version, string(source), hash, by)
 	if err != nil {
 		return false, fmt.Errorf("register %s@%d: %w", workflowID, version, err)
 	}
@@ -83,7 +86,7 @@ func (s *Store) definitions(ctx context.Context, query string, args ...any) ([]*
 func scanDefinition(row pgx.Row) (*StoredDefinition, error) {
 	var d StoredDefinition
 	var source string
-	if err := row.Scan(&d.WorkflowID, &d.Version, &source, &d.SHA256, &d.RegisteredAt); err != nil {
+	if err := row.Scan(&d.WorkflowID, &d.Version, &source, &d.SHA256, &d.RegisteredAt, &d.RegisteredBy); err != nil {
 		return nil, err
 	}
 	d.Source = []byte(source)

@@ -235,18 +235,18 @@ const (
 	sqlPurgeSent = `DELETE FROM outbox WHERE id IN (
 		SELECT id FROM outbox WHERE sent_at < now() - make_interval(secs => $1) LIMIT $2)`
 
-	sqlPutDefinition = `INSERT INTO workflow_definitions (workflow_id, version, source, source_sha256)
-	VALUES ($1, $2, $3, $4) ON CONFLICT (workflow_id, version) DO NOTHING`
+	sqlPutDefinition = `INSERT INTO workflow_definitions (workflow_id, version, source, source_sha256, registered_by)
+	VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workflow_id, version) DO NOTHING`
 
 	sqlDefinitionHash = `SELECT source_sha256 FROM workflow_definitions WHERE workflow_id = $1 AND version = $2`
 
-	sqlGetDefinition = `SELECT workflow_id, version, source, source_sha256, registered_at FROM workflow_definitions
+	sqlGetDefinition = `SELECT workflow_id, version, source, source_sha256, registered_at, registered_by FROM workflow_definitions
 	WHERE workflow_id = $1 AND ($2 = 0 OR version = $2) ORDER BY version DESC LIMIT 1`
 
-	sqlListDefinitions = `SELECT DISTINCT ON (workflow_id) workflow_id, version, source, source_sha256, registered_at
+	sqlListDefinitions = `SELECT DISTINCT ON (workflow_id) workflow_id, version, source, source_sha256, registered_at, registered_by
 	FROM workflow_definitions WHERE workflow_id > $1 ORDER BY workflow_id, version DESC LIMIT $2`
 
-	sqlListVersions = `SELECT workflow_id, version, source, source_sha256, registered_at FROM workflow_definitions
+	sqlListVersions = `SELECT workflow_id, version, source, source_sha256, registered_at, registered_by FROM workflow_definitions
 	WHERE workflow_id = $1 ORDER BY version DESC`
 
 	sqlPutHandler = `INSERT INTO handlers (name, service, description) VALUES ($1, $2, $3)

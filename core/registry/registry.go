@@ -117,15 +117,16 @@ func (r *Registry) Validate(ctx context.Context, file string, source []byte) (*w
 	return d, nil
 }
 
-// Register validates and stores a definition. Registering identical content
-// again is a no-op (created false); other content under an existing version
-// fails with ledger.ErrDefinitionConflict.
-func (r *Registry) Register(ctx context.Context, file string, source []byte) (*workflow.Definition, bool, error) {
+// Register validates and stores a definition, recording by as who
+// registered it. Registering identical content again is a no-op (created
+// false); other content under an existing version fails with
+// ledger.ErrDefinitionConflict.
+func (r *Registry) Register(ctx context.Context, file string, source []byte, by string) (*workflow.Definition, bool, error) {
 	d, err := r.Validate(ctx, file, source)
 	if err != nil {
 		return nil, false, err
 	}
-	created, err := r.store.PutDefinition(ctx, d.ID, d.Version, source)
+	created, err := r.store.PutDefinition(ctx, d.ID, d.Version, source, by)
 	if err != nil {
 		return nil, false, err
 	}
@@ -155,6 +156,10 @@ func (r *Registry) Handlers(ctx context.Context) ([]workflow.HandlerInfo, error)
 	return c.List(), nil
 }
 
+// LoadedBy prefixes the file name a definition loaded at start is recorded
+// as registered by (a version already stored keeps who registered it first).
+const LoadedBy = "file:"
+
 // Load registers a directory's handlers.yaml and every other *.yaml as a
 // workflow. Any invalid file fails the load, naming every problem.
 func (r *Registry) Load(ctx context.Context, fsys fs.FS) ([]*workflow.Definition, error) {
@@ -181,7 +186,7 @@ func (r *Registry) Load(ctx context.Context, fsys fs.FS) ([]*workflow.Definition
 		if err != nil {
 			return nil, err
 		}
-		d, _, err := r.Register(ctx, name, data)
+		d, _, err := r.Register(ctx, name, data, LoadedBy+name)
 		if err != nil {
 			errs = append(errs, err)
 			continue

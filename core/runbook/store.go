@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,9 @@ type StoredRunbook struct {
 	CreatedAt            time.Time
 	// ActivatedAt is when the version last became active (zero: never).
 	ActivatedAt time.Time
+	// CreatedBy applied the version first; ActivatedBy last made it active
+	// (issuer#subject).
+	CreatedBy, ActivatedBy string
 }
 
 // ContentHash is the hex SHA-256 of a runbook's YAML, as stored.
@@ -77,10 +81,13 @@ func ContentHash(src []byte) string {
 // and makes it the active version of its name. Different content under an
 // existing (name, version) is ErrVersionExists. rb must come from Parse: the
 // stored row is derived from rb.Source, which must agree with rb. created
-// reports whether the version is new.
-func (s *Store) Apply(ctx context.Context, rb *Runbook) (stored *StoredRunbook, created bool, err error) {
+// reports whether the version is new; by names who applied it.
+func (s *Store) Apply(ctx context.Context, rb *Runbook, by string) (stored *StoredRunbook, created bool, err error) {
 	if rb == nil {
 		return nil, false, errors.New("apply runbook: nil runbook")
+	}
+	if strings.TrimSpace(by) == "" {
+		return nil, false, errors.New("apply runbook: it must name who applies it")
 	}
 	label := fmt.Sprintf("%s v%d", rb.Name, rb.Version)
 	// Re-parse the source: the identifiers that reach SQL (the table and
@@ -111,8 +118,8 @@ func (s *Store) Apply(ctx context.Context, rb *Runbook) (stored *StoredRunbook, 
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			err = tx.QueryRow(ctx, `INSERT INTO runbooks (name, version, yaml_content, content_hash, data_table_name,
-				columns, overdue_behavior, rerun_init) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-				src.Name, src.Version, string(src.Source), hash, table, columns, src.OverdueBehavior, src.RerunInit).Scan(&id)
+				columns, overdue_behavior, rerun_init, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+				src.Name, src.Version, string(src.Source), hash, table, columns, src.OverdueBehavior, src.RerunInit, by).Scan(&id)
 			if isUniqueViolation(err, "runbooks_data_table_name_key") {
 				return fmt.Errorf("member table %s is taken by another runbook version (a name hash collision; rename the runbook)", table)
 			}
@@ -133,7 +140,7 @@ func (s *Store) Apply(ctx context.Context, rb *Runbook) (stored *StoredRunbook, 
 		if _, err := tx.Exec(ctx, `UPDATE runbooks SET is_active = false WHERE name = $1 AND is_active AND id <> $2`, src.Name, id); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE runbooks SET is_active = true, activated_at = now() WHERE id = $1 AND NOT is_active`, id); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE runbooks SET is_active = true, activated_at = now(), activated_by = $2 WHERE id = $1 AND NOT is_active`, id, by); err != nil {
 			return err
 		}
 		stored, err = getRunbook(ctx, tx, `WHERE id = $1`, id)
@@ -151,7 +158,7 @@ func isUniqueViolation(err error, constraint string) bool {
 }
 
 const selectRunbook = `SELECT id, name, version, yaml_content, content_hash, data_table_name, columns, is_active,
-	ignore_overdue_applied, created_at, activated_at FROM runbooks `
+	ignore_overdue_applied, created_at, activated_at, created_by, activated_by FROM runbooks `
 
 // Get returns a stored version; version 0 is the active one. ErrNotFound
 // when there is none.
@@ -244,7 +251,7 @@ func scanRunbook(row pgx.CollectableRow) (*StoredRunbook, error) {
 		activated *time.Time
 	)
 	if err := row.Scan(&sr.ID, &name, &version, &src, &sr.ContentHash, &sr.DataTable, &columns, &sr.Active,
-		&sr.IgnoreOverdueApplied, &sr.CreatedAt, &activated); err != nil {
+		&sr.IgnoreOverdueApplied, &sr.CreatedAt, &activated, &sr.CreatedBy, &sr.ActivatedBy); err != nil {
 		return nil, err
 	}
 	rb, err := Parse(fmt.Sprintf("%s v%d", name, version), []byte(src))

@@ -49,7 +49,7 @@ func contosoVersion(t testing.TB, version int, description string) *Runbook {
 
 func (f fixture) apply(t testing.TB, rb *Runbook) *StoredRunbook {
 	t.Helper()
-	sr, _, err := f.store.Apply(f.ctx, rb)
+	sr, _, err := f.store.Apply(f.ctx, rb, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestApplyIsIdempotentAndVersionsAreImmutable(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	v3 := contosoVersion(t, 3, "Move mailboxes.")
-	first, created, err := f.store.Apply(f.ctx, v3)
+	first, created, err := f.store.Apply(f.ctx, v3, "test")
 	if err != nil || !created {
 		t.Fatalf("first apply: created %v, %v", created, err)
 	}
@@ -78,11 +78,11 @@ func TestApplyIsIdempotentAndVersionsAreImmutable(t *testing.T) {
 		first.ActivatedAt.IsZero() || first.Runbook.Name != v3.Name || len(first.Runbook.Phases) != 2 {
 		t.Fatalf("stored %+v", first)
 	}
-	again, created, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Move mailboxes."))
+	again, created, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Move mailboxes."), "test")
 	if err != nil || created || again.ID != first.ID || !again.ActivatedAt.Equal(first.ActivatedAt) {
 		t.Fatalf("same content again: %+v created %v, %v", again, created, err)
 	}
-	if _, _, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Changed.")); !errors.Is(err, ErrVersionExists) {
+	if _, _, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Changed."), "test"); !errors.Is(err, ErrVersionExists) {
 		t.Fatalf("other content under v3: %v", err)
 	}
 	v4 := f.apply(t, contosoVersion(t, 4, "Move mailboxes, take two."))
@@ -129,7 +129,7 @@ func TestApplyIsIdempotentAndVersionsAreImmutable(t *testing.T) {
 		t.Fatalf("ActiveIDs = %v, %v, want [%d %d]", ids, err, other.ID, v4.ID)
 	}
 	// Applying a stored version again makes it the active one (a rollback).
-	back, created, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Move mailboxes."))
+	back, created, err := f.store.Apply(f.ctx, contosoVersion(t, 3, "Move mailboxes."), "test")
 	if err != nil || created || !back.Active || back.ID != first.ID {
 		t.Fatalf("re-activating v3: %+v created %v, %v", back, created, err)
 	}
@@ -143,10 +143,10 @@ func TestApplyRefusesARunbookThatDoesNotMatchItsSource(t *testing.T) {
 	f := setup(t)
 	rb := contosoVersion(t, 3, "x")
 	rb.Columns = append(rb.Columns, "password")
-	if _, _, err := f.store.Apply(f.ctx, rb); err == nil || !strings.Contains(err.Error(), "does not match its source") {
+	if _, _, err := f.store.Apply(f.ctx, rb, "test"); err == nil || !strings.Contains(err.Error(), "does not match its source") {
 		t.Fatalf("apply of an edited runbook: %v", err)
 	}
-	if _, _, err := f.store.Apply(f.ctx, &Runbook{Name: "r", Version: 1}); err == nil || !strings.Contains(err.Error(), "empty") {
+	if _, _, err := f.store.Apply(f.ctx, &Runbook{Name: "r", Version: 1}, "test"); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("apply without a source: %v", err)
 	}
 }
@@ -158,7 +158,7 @@ func TestApplyKeepsOneActiveVersionUnderConcurrency(t *testing.T) {
 	errs := make(chan error, 8)
 	for v := 1; v <= 8; v++ {
 		wg.Go(func() {
-			_, _, err := f.store.Apply(f.ctx, contosoVersion(t, v, "concurrent"))
+			_, _, err := f.store.Apply(f.ctx, contosoVersion(t, v, "concurrent"), "test")
 			errs <- err
 		})
 	}
@@ -209,7 +209,7 @@ func TestApplyRefusesAForeignTableOfTheSameName(t *testing.T) {
 	if _, err := f.pool.Exec(f.ctx, `CREATE TABLE runbook_r_v1 (_row_id bigserial PRIMARY KEY, secret text)`); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := f.store.Apply(f.ctx, mustParse(t, head+phase))
+	_, _, err := f.store.Apply(f.ctx, mustParse(t, head+phase), "test")
 	if err == nil || !strings.Contains(err.Error(), "member table runbook_r_v1 exists with columns (_row_id bigint, secret text)") {
 		t.Fatalf("apply over a foreign table: %v", err)
 	}

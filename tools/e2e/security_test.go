@@ -328,8 +328,16 @@ func TestSecurityRulesHoldOverRESTAndGRPC(t *testing.T) {
 	})
 
 	t.Run("a tenant's request rate answers 429 with Retry-After", func(t *testing.T) {
-		if code, out := s.rest("PUT", "/v1/config/tenants/evil", map[string]any{"request_rate": map[string]any{"requests_per_second": 0.2, "burst": 2}}); code != http.StatusOK {
+		code, out := s.rest("PUT", "/v1/config/tenants/evil", map[string]any{"request_rate": map[string]any{"requests_per_second": 0.2, "burst": 2}})
+		if code != http.StatusOK {
 			t.Fatalf("set evil's rate: %d %v", code, out)
+		}
+		// The change names the operator who made it, in the answer and the audit trail.
+		if by := out["config"].(map[string]any)["updated_by"]; by != "lucius-local#stack-operator" {
+			t.Fatalf("the tenant configuration was updated by %v", by)
+		}
+		if n := s.count(`SELECT count(*) FROM config_changes WHERE scope = 'evil' AND action = 'PUT' AND changed_by = 'lucius-local#stack-operator'`); n != 1 {
+			t.Fatalf("%d audit rows for the change", n)
 		}
 		// The gateway follows the live configuration within a second or so;
 		// from then on evil's third call within five seconds is refused.

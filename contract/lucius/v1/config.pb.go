@@ -38,7 +38,10 @@ type GlobalConfig struct {
 	// configuration meanwhile; 0 replaces unconditionally.
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only: who made the change in effect (the token's issuer#subject;
+	// "seed" for the environment's seed of a fresh database).
+	UpdatedBy     string `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,6 +116,13 @@ func (x *GlobalConfig) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *GlobalConfig) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
 }
 
 // AdmissionLimits bound concurrent jobs: accepted and not yet terminal
@@ -287,6 +297,8 @@ type TenantConfig struct {
 	// Per-key rates: the key is the value of an envelope field the operator names
 	// (e.g. doc_id), so one document cannot be resubmitted in a tight loop.
 	KeyRateLimits []*KeyRateLimit `protobuf:"bytes,10,rep,name=key_rate_limits,json=keyRateLimits,proto3" json:"key_rate_limits,omitempty"`
+	// Output only: who made the change in effect (the token's issuer#subject).
+	UpdatedBy     string `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +401,13 @@ func (x *TenantConfig) GetKeyRateLimits() []*KeyRateLimit {
 		return x.KeyRateLimits
 	}
 	return nil
+}
+
+func (x *TenantConfig) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
 }
 
 // RateLimit is a token bucket: rate tokens a second, up to burst at once.
@@ -1131,7 +1150,7 @@ var File_lucius_v1_config_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xd3\x02\n" +
+	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xf2\x02\n" +
 	"\fGlobalConfig\x12<\n" +
 	"\fdefault_mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\vdefaultMode\x122\n" +
 	"\x06limits\x18\x02 \x01(\v2\x1a.lucius.v1.AdmissionLimitsR\x06limits\x123\n" +
@@ -1141,7 +1160,9 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\xbaH\a\x1a\x05\x18\x90\x1c(\x00R\x11retryAfterSeconds\x12#\n" +
 	"\brevision\x18\x05 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\brevision\x12;\n" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x9b\x02\n" +
+	"updateTime\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\"\x9b\x02\n" +
 	"\x0fAdmissionLimits\x12<\n" +
 	"\x16global_max_active_jobs\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13globalMaxActiveJobs\x12<\n" +
 	"\x16tenant_max_active_jobs\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13tenantMaxActiveJobs\x12G\n" +
@@ -1152,7 +1173,7 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x05hosts\x18\x02 \x03(\tB=\xbaH:\x92\x017\x10d\x18\x01\"1r/2-^(\\*\\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$R\x05hosts\x12T\n" +
 	"\n" +
 	"containers\x18\x03 \x03(\tB4\xbaH1\x92\x01.\x10d\x18\x01\"(r&2$^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$R\n" +
-	"containers\"\x97\x05\n" +
+	"containers\"\xb6\x05\n" +
 	"\fTenantConfig\x12K\n" +
 	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12-\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x124\n" +
@@ -1166,7 +1187,9 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x0fwebhook_secrets\x18\b \x03(\tB2\xbaH/\x92\x01,\x10\x02\x18\x01\"&r$2\"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$R\x0ewebhookSecrets\x127\n" +
 	"\frequest_rate\x18\t \x01(\v2\x14.lucius.v1.RateLimitR\vrequestRate\x12I\n" +
 	"\x0fkey_rate_limits\x18\n" +
-	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimitsB\x12\n" +
+	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimits\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\v \x01(\tR\tupdatedByB\x12\n" +
 	"\x10_max_active_jobs\"w\n" +
 	"\tRateLimit\x12G\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x80\x84.A!\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +

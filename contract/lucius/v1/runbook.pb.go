@@ -291,7 +291,11 @@ type Runbook struct {
 	OnMemberRemoved []*RunbookStep         `protobuf:"bytes,15,rep,name=on_member_removed,json=onMemberRemoved,proto3" json:"on_member_removed,omitempty"`
 	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the version last became active; unset if it never was.
-	ActivateTime  *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=activate_time,json=activateTime,proto3" json:"activate_time,omitempty"`
+	ActivateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=activate_time,json=activateTime,proto3" json:"activate_time,omitempty"`
+	// Who applied this version first, and who last made it active (the
+	// operator's issuer#subject).
+	CreatedBy     string `protobuf:"bytes,18,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	ActivatedBy   string `protobuf:"bytes,19,opt,name=activated_by,json=activatedBy,proto3" json:"activated_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,6 +447,20 @@ func (x *Runbook) GetActivateTime() *timestamppb.Timestamp {
 		return x.ActivateTime
 	}
 	return nil
+}
+
+func (x *Runbook) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Runbook) GetActivatedBy() string {
+	if x != nil {
+		return x.ActivatedBy
+	}
+	return ""
 }
 
 // RunbookPhase is a group of steps due at the batch start time plus an offset.
@@ -1898,7 +1916,7 @@ var File_lucius_v1_runbook_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x05\n" +
+	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x06\n" +
 	"\aRunbook\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12 \n" +
@@ -1920,7 +1938,10 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\x11on_member_removed\x18\x0f \x03(\v2\x16.lucius.v1.RunbookStepR\x0fonMemberRemoved\x12;\n" +
 	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12?\n" +
-	"\ractivate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\factivateTime\"w\n" +
+	"\ractivate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\factivateTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x12 \x01(\tR\tcreatedBy\x12!\n" +
+	"\factivated_by\x18\x13 \x01(\tR\vactivatedBy\"w\n" +
 	"\fRunbookPhase\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0eoffset_minutes\x18\x02 \x01(\x05R\roffsetMinutes\x12,\n" +

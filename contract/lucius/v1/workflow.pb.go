@@ -35,10 +35,13 @@ type Workflow struct {
 	// The YAML definition.
 	Source string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	// Hex SHA-256 of source.
-	Sha256        string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Inputs        []*WorkflowInput       `protobuf:"bytes,7,rep,name=inputs,proto3" json:"inputs,omitempty"`
-	Nodes         []*WorkflowNode        `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	RegisterTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	Sha256       string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Inputs       []*WorkflowInput       `protobuf:"bytes,7,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Nodes        []*WorkflowNode        `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	RegisterTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	// Who registered this version: the operator's issuer#subject, or
+	// "file:<name>" for a definition loaded from LUCIUS_WORKFLOWS_DIR at start.
+	RegisteredBy  string `protobuf:"bytes,10,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +137,13 @@ func (x *Workflow) GetRegisterTime() *timestamppb.Timestamp {
 		return x.RegisterTime
 	}
 	return nil
+}
+
+func (x *Workflow) GetRegisteredBy() string {
+	if x != nil {
+		return x.RegisteredBy
+	}
+	return ""
 }
 
 // WorkflowInput declares one input (a field of a command's payload).
@@ -704,7 +714,7 @@ var File_lucius_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\x02\n" +
+	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x18\n" +
@@ -715,7 +725,9 @@ const file_lucius_v1_workflow_proto_rawDesc = "" +
 	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x120\n" +
 	"\x06inputs\x18\a \x03(\v2\x18.lucius.v1.WorkflowInputR\x06inputs\x12-\n" +
 	"\x05nodes\x18\b \x03(\v2\x17.lucius.v1.WorkflowNodeR\x05nodes\x12?\n" +
-	"\rregister_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\"\x90\x01\n" +
+	"\rregister_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x12#\n" +
+	"\rregistered_by\x18\n" +
+	" \x01(\tR\fregisteredBy\"\x90\x01\n" +
 	"\rWorkflowInput\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +

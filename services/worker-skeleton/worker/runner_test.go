@@ -461,7 +461,9 @@ func TestRunnerShutdownInterruptsAndReleasesInFlightWork(t *testing.T) {
 func TestRunnerExecutesWhenAckStaysUnanswered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.cfg.AckRetryTimeout = 300 * time.Millisecond
+	// Long enough for several retries even on a loaded machine (backoff
+	// starts at about 10 ms and doubles).
+	e.cfg.AckRetryTimeout = 2 * time.Second
 	e.orch.script(func(f *fakeOrchestrator) { f.ackErr = unavailable() })
 	var runs counter
 	e.start(upperExecutor(&runs))

@@ -37,7 +37,9 @@ func (s *configService) GetGlobalConfig(ctx context.Context, _ *luciusv1.GetGlob
 
 func (s *configService) UpdateGlobalConfig(ctx context.Context, req *luciusv1.UpdateGlobalConfigRequest) (*luciusv1.UpdateGlobalConfigResponse, error) {
 	in := req.GetConfig()
-	g, err := s.watcher.Store().PutGlobal(ctx, globalFromProto(in), in.GetRevision())
+	g := globalFromProto(in)
+	g.UpdatedBy = principalName(ctx)
+	g, err := s.watcher.Store().PutGlobal(ctx, g, in.GetRevision())
 	if err != nil {
 		return nil, s.error(ctx, err, "")
 	}
@@ -91,6 +93,7 @@ func (s *configService) UpdateTenantConfig(ctx context.Context, req *luciusv1.Up
 		return nil, server.InvalidArgument(server.Violation{Field: "config.mode", Reason: server.ReasonModeForbidden,
 			Description: "is not one of allowed_modes"}).Err()
 	}
+	t.UpdatedBy = principalName(ctx)
 	stored, err := s.watcher.Store().PutTenant(ctx, t, in.GetRevision())
 	if err != nil {
 		return nil, s.error(ctx, err, t.TenantID)
@@ -100,7 +103,7 @@ func (s *configService) UpdateTenantConfig(ctx context.Context, req *luciusv1.Up
 }
 
 func (s *configService) DeleteTenantConfig(ctx context.Context, req *luciusv1.DeleteTenantConfigRequest) (*luciusv1.DeleteTenantConfigResponse, error) {
-	if err := s.watcher.Store().DeleteTenant(ctx, req.GetTenantId()); err != nil {
+	if err := s.watcher.Store().DeleteTenant(ctx, req.GetTenantId(), principalName(ctx)); err != nil {
 		return nil, s.error(ctx, err, req.GetTenantId())
 	}
 	s.changed(ctx, "tenant configuration deleted", telemetry.TenantID(routing.Normalize(req.GetTenantId())))
@@ -176,6 +179,7 @@ func globalFromProto(p *luciusv1.GlobalConfig) config.Global {
 func globalToProto(g config.Global) *luciusv1.GlobalConfig {
 	return &luciusv1.GlobalConfig{DefaultMode: modeToProto(g.DefaultMode), RefPolicy: refsToProto(g.Refs),
 		RetryAfterSeconds: int32(g.RetryAfter / time.Second), Revision: g.Revision, UpdateTime: ts(g.UpdatedAt),
+		UpdatedBy: g.UpdatedBy,
 		Limits: &luciusv1.AdmissionLimits{GlobalMaxActiveJobs: int32(g.Limits.Global), TenantMaxActiveJobs: int32(g.Limits.Tenant),
 			DefaultLaneMaxActiveJobs: int32(g.Limits.Lanes[routing.ModeDefault]), BurstLaneMaxActiveJobs: int32(g.Limits.Lanes[routing.ModeBurst])}}
 }
@@ -213,7 +217,8 @@ func rateToProto(r config.RateLimit) *luciusv1.RateLimit {
 }
 
 func tenantToProto(t config.Tenant) *luciusv1.TenantConfig {
-	out := &luciusv1.TenantConfig{TenantId: t.TenantID, Mode: modeToProto(t.Mode), Revision: t.Revision, UpdateTime: ts(t.UpdatedAt)}
+	out := &luciusv1.TenantConfig{TenantId: t.TenantID, Mode: modeToProto(t.Mode), Revision: t.Revision, UpdateTime: ts(t.UpdatedAt),
+		UpdatedBy: t.UpdatedBy}
 	if t.MaxActive != nil {
 		n := int32(*t.MaxActive)
 		out.MaxActiveJobs = &n

@@ -67,7 +67,7 @@ func (s *runbookService) ApplyRunbook(ctx context.Context, req *luciusv1.ApplyRu
 	if len(violations) > 0 {
 		return nil, server.InvalidArgument(violations...).Err()
 	}
-	stored, created, err := s.store.Apply(ctx, rb)
+	stored, created, err := s.store.Apply(ctx, rb, principalName(ctx))
 	if err != nil {
 		return nil, s.error(ctx, err, nil)
 	}
@@ -182,7 +182,7 @@ func (s *runbookService) register(ctx context.Context, plan registration) error 
 		return s.error(ctx, err, nil)
 	}
 	for _, w := range plan.workflows {
-		if _, _, err := s.reg.Register(ctx, w.id, w.source); err != nil {
+		if _, _, err := s.reg.Register(ctx, w.id, w.source, principalName(ctx)); err != nil {
 			if errors.Is(err, ledger.ErrDefinitionConflict) {
 				return server.InvalidArgument(server.Violation{Field: "source", Reason: ReasonGeneratedWorkflowConflict,
 					Description: err.Error() + " (registered concurrently; the runbook version is stored)"}).Err()
@@ -442,6 +442,7 @@ func runbookToProto(sr *runbook.StoredRunbook) *luciusv1.Runbook {
 		OverdueBehavior: overdueToProto(rb.OverdueBehavior), RerunInit: rb.RerunInit,
 		IgnoreOverdueApplied: sr.IgnoreOverdueApplied, Init: stepsToProto(rb.Init),
 		OnMemberRemoved: stepsToProto(rb.OnMemberRemoved), CreateTime: ts(sr.CreatedAt), ActivateTime: ts(sr.ActivatedAt),
+		CreatedBy: sr.CreatedBy, ActivatedBy: sr.ActivatedBy,
 	}
 	for _, ph := range rb.Phases {
 		out.Phases = append(out.Phases, &luciusv1.RunbookPhase{Name: ph.Name, OffsetMinutes: int32(ph.OffsetMinutes),

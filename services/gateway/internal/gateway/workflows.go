@@ -38,7 +38,7 @@ var _ luciusv1.WorkflowServiceServer = (*workflowService)(nil)
 
 // RegisterWorkflow validates and stores a definition.
 func (s *workflowService) RegisterWorkflow(ctx context.Context, req *luciusv1.RegisterWorkflowRequest) (*luciusv1.RegisterWorkflowResponse, error) {
-	def, created, err := s.reg.Register(ctx, "source", []byte(req.GetSource()))
+	def, created, err := s.reg.Register(ctx, "source", []byte(req.GetSource()), principalName(ctx))
 	switch {
 	case errors.Is(err, registry.ErrInvalid):
 		return nil, invalidWorkflow(err)
@@ -150,7 +150,7 @@ func workflowToProto(d *workflow.Definition, stored *ledger.StoredDefinition) *l
 	w := &luciusv1.Workflow{WorkflowId: d.ID, Version: int32(d.Version), Name: d.Name, Description: d.Description,
 		Source: string(d.Source)}
 	if stored != nil {
-		w.Sha256, w.RegisterTime = stored.SHA256, ts(stored.RegisteredAt)
+		w.Sha256, w.RegisterTime, w.RegisteredBy = stored.SHA256, ts(stored.RegisteredAt), stored.RegisteredBy
 	}
 	for _, name := range sortedKeys(d.Inputs) {
 		in := d.Inputs[name]

@@ -216,7 +216,7 @@ func (x *runbookExecutor) dispatchExec(ctx context.Context, tx *ledger.Tx, b *ba
 		if err := x.workflows.RegisterHandlers(ctx, []workflowHandler{runbook.Handler(step)}); err != nil {
 			return err
 		}
-		if def, _, err = x.workflows.Register(ctx, wfID+".yaml", source); err != nil {
+		if def, _, err = x.workflows.Register(ctx, wfID+".yaml", source, "runbook-executor"); err != nil {
 			return fmt.Errorf("generated workflow %s: %w", wfID, err)
 		}
 	}

@@ -95,7 +95,7 @@ func setupExecutor(t *testing.T) *execFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, _, err := f.x.runbooks.Apply(ctx, rb)
+	stored, _, err := f.x.runbooks.Apply(ctx, rb, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func (f *fixture) apply(s spec) *runbook.StoredRunbook {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	sr, _, err := f.runbooks.Apply(f.ctx, rb)
+	sr, _, err := f.runbooks.Apply(f.ctx, rb, "test")
 	if err != nil {
 		f.t.Fatal(err)
 	}

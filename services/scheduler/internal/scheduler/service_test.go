@@ -81,7 +81,7 @@ func TestRunDetectsBatchesAndServesHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := runbook.NewStore(pool)
-	if _, _, err := store.Apply(context.Background(), rb); err != nil {
+	if _, _, err := store.Apply(context.Background(), rb, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.LoadMembers(context.Background(), rb.Name, 1, members(2, start), true); err != nil {
