@@ -111,8 +111,12 @@ up: build ## run the whole suite in the foreground; Ctrl-C stops it
 	$(BIN)/lucius-up -bin $(BIN) -data .lucius
 
 .PHONY: bench
-bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and submit→SUCCEEDED latency
+# `make bench` runs the job benchmark, then the definition-size one;
+# BENCH_DEFSIZE=0 skips the latter.
+BENCH_DEFSIZE ?= 1
+bench: build ## submit N three-step jobs to a fresh suite and print jobs/s and submit→SUCCEEDED latency, then the definition-size benchmark
 	$(BIN)/lucius-bench -bin $(BIN) $(BENCH_FLAGS)
+	@if [ "$(BENCH_DEFSIZE)" != 0 ]; then echo "lucius-bench -defsize"; $(BIN)/lucius-bench -bin $(BIN) -defsize; fi
 
 .PHONY: bench-defsize
 bench-defsize: build ## what a workflow definition's size costs: 15,000 nodes refused by default; 1k/5k/15k nodes validated, registered, submitted, with peak RSS per process

@@ -45,7 +45,7 @@ phases:
         function: start_move
         params: {mailbox: "{{ email }}", outcome: "{{ move_outcome }}"}
         is_poll_step: true
-        poll_interval_sec: 30
+        poll_interval_sec: 10
         poll_timeout_sec: 150
         on_failure: undo-move
       - {name: verify, worker_id: demo, function: verify_move, params: {mailbox: "{{ email }}"}}
@@ -109,7 +109,7 @@ func TestRunbookRunsABatchOnCompressedTime(t *testing.T) {
 		notice, move := "succeed", "succeed"
 		switch i {
 		case 1:
-			move = "poll:3" // finishes after three polls
+			move = "poll:3" // finishes after three polls (1 s of real time; its timeout is 5 s)
 		case 2:
 			move = "poll" // never finishes: poll timeout, then its rollback
 		case 3:
