@@ -94,9 +94,14 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
 .PHONY: test
+# The end-to-end suites (tools/e2e: whole stacks of real processes, timing
+# real sweepers and leases) run after every other package, not beside them,
+# so a 2-core machine is not shared with a dozen other test binaries.
+E2E := ./tools/e2e/...
 test: check-generated breaking lint build ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
-		bash -c '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PACKAGES) && GO=$(GO) .ci/fuzz $(FUZZTIME)'
+		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
+			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); GO=$(GO) .ci/fuzz $(FUZZTIME)'
 
 # The fuzz targets are listed in .ci/fuzz-targets (one "package target" a
 # line; .ci/fuzz fails when a func Fuzz… is missing there), their seed corpora

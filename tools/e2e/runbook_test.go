@@ -50,7 +50,7 @@ phases:
         on_failure: undo-move
       - {name: verify, worker_id: demo, function: verify_move, params: {mailbox: "{{ email }}"}}
   - name: cleanup
-    offset_minutes: 6
+    offset_minutes: 10
     steps:
       - {name: close-out, worker_id: demo, function: close_out, params: {mailbox: "{{ email }}"}}
 rollbacks:

@@ -33,8 +33,10 @@ type collector struct {
 	receivers map[string]bus.Receiver
 }
 
-// pollWait is how long one round waits on each empty dead-letter queue.
-const pollWait = 50 * time.Millisecond
+// pollWait is how long one round waits on each empty dead-letter queue. It
+// bounds the claim query too, so it must outlast a slow query on a busy
+// database: at 50 ms a loaded machine never collected anything.
+const pollWait = 250 * time.Millisecond
 
 // round collects every dead-letter queue once, a few at a time.
 func (c *collector) round(ctx context.Context, m *sweepMetrics) {
