@@ -1,0 +1,85 @@
+package sbtest_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/Azure/go-amqp"
+
+	"github.com/lucius-platform/lucius/core/sbtest"
+)
+
+// redirect sends the admin client's https requests to the broker's http port.
+type redirect struct{ base *url.URL }
+
+func (r redirect) Do(req *http.Request) (*http.Response, error) {
+	req.URL.Scheme, req.URL.Host = r.base.Scheme, r.base.Host
+	return http.DefaultClient.Do(req)
+}
+
+// The real azservicebus client provisions a queue, sends, receives with
+// peek-lock, renews the lock and completes on the broker.
+func TestBrokerServesTheSDK(t *testing.T) {
+	b := sbtest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	base, _ := url.Parse(b.AdminURL)
+	ac, err := admin.NewClientFromConnectionString(b.ConnectionString, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: redirect{base}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateQueue(ctx, "q", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{LockDuration: to.Ptr("PT10S")}}); err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	c, err := azservicebus.NewClientFromConnectionString(b.ConnectionString, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	s, err := c.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: to.Ptr("m1"), Body: []byte("hello"), ApplicationProperties: map[string]any{"k": "v"}}, nil); err != nil {
+		t.Fatalf("send: %v\n%s", err, b.Output())
+	}
+	r, err := c.NewReceiverForQueue("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive: %d messages, %v\n%s", len(msgs), err, b.Output())
+	}
+	m := msgs[0]
+	if string(m.Body) != "hello" || m.MessageID != "m1" || m.DeliveryCount != 1 || m.SequenceNumber == nil || m.LockedUntil == nil || m.ApplicationProperties["k"] != "v" {
+		t.Fatalf("received %+v", m)
+	}
+	if err := r.RenewMessageLock(ctx, m, nil); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if err := r.CompleteMessage(ctx, m, nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	if err := r.CompleteMessage(ctx, &azservicebus.ReceivedMessage{LockToken: m.LockToken}, nil); err == nil {
+		t.Fatal("complete of a removed message succeeded")
+	}
+	var sbErr *azservicebus.Error
+	_, err = c.NewSender("missing", nil)
+	if err == nil {
+		s2, _ := c.NewSender("missing", nil)
+		err = s2.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil)
+	}
+	var amqpErr *amqp.Error
+	if !(errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeNotFound) && !(errors.As(err, &amqpErr) && amqpErr.Condition == amqp.ErrCondNotFound) {
+		t.Fatalf("send to a missing queue: %v\n%s", err, b.Output())
+	}
+}
