@@ -24,6 +24,8 @@ const HOST = arg('host', '127.0.0.1');
 const AMQP_PORT = Number(arg('amqp-port', '5672'));
 const HTTP_PORT = Number(arg('http-port', '5300'));
 const DEBUG = !!process.env.SBBROKER_DEBUG;
+// Standard tier's limit, so batches split as they do on Azure.
+const MAX_MESSAGE_SIZE = 256 * 1024;
 function debug(...a) { if (DEBUG) console.error('[sbbroker]', ...a); }
 
 // ---------- durations ----------
@@ -346,6 +348,8 @@ setInterval(pumpAll, 25).unref();
 function settle(delivery, outcome, state) {
   const now = Date.now();
   const sb = delivery.sb;
+  if (delivery.sbSettled) return; // rhea may report one disposition under two names
+  delivery.sbSettled = true;
   if (!sb) { delivery.update(true, amqpMessage.accepted().described()); return; }
   const r = sb.record;
   if (r.lockToken !== sb.token || r.lockedUntil <= now) {
@@ -466,7 +470,7 @@ function management(context, address, req) {
 
 // ---------- AMQP container ----------
 
-const container = rhea.create_container({ id: 'lucius-sbbroker' });
+const container = rhea.create_container({ id: 'lucius-sbbroker', treat_modified_as_released: false });
 container.sasl_server_mechanisms.enable_anonymous();
 container.sasl_server_mechanisms.enable_plain(() => true);
 
@@ -534,10 +538,12 @@ container.on('receiver_open', (context) => {
   if (!target || target.kind === 'subscription' || (target.store && target.store.isDLQ)) {
     debug('sender for missing entity', address);
     link.set_target(null);
+    link.local.attach.max_message_size = MAX_MESSAGE_SIZE;
     link.close({ condition: 'amqp:not-found', description: 'The messaging entity ' + address + ' could not be found.' });
     return;
   }
   link.set_target({ address });
+  link.local.attach.max_message_size = MAX_MESSAGE_SIZE; // the SDK sizes batches by it
 });
 
 container.on('message', (context) => {
@@ -651,7 +657,9 @@ function handleHTTP(req, res) {
           if (update && !s.rules.has(ruleName)) return reply(404, 'rule not found');
           if (!update && s.rules.has(ruleName)) return reply(409, 'conflict');
           s.rules.set(ruleName, parseFilter(content));
-          return reply(update ? 200 : 201, data);
+          // Service Bus answers with the rule's action; the SDK reads it.
+          const answer = /<(\w+:)?Action[\s>\/]/.test(data) ? data : data.replace(/<\/((?:\w+:)?)RuleDescription>/, '<$1Action i:type="EmptyRuleAction" xmlns:i="http://www.w3.org/2001/XMLSchema-instance"/></$1RuleDescription>');
+          return reply(update ? 200 : 201, answer);
         }
       }
       return reply(404, 'unknown path');
