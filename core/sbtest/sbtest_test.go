@@ -83,3 +83,65 @@ func TestBrokerServesTheSDK(t *testing.T) {
 		t.Fatalf("send to a missing queue: %v\n%s", err, b.Output())
 	}
 }
+
+// The $management operations beyond renew-lock: schedule, cancel-scheduled
+// and peek; and dead-lettering to the DLQ sub-queue.
+func TestBrokerManagementOperations(t *testing.T) {
+	b := sbtest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	base, _ := url.Parse(b.AdminURL)
+	ac, err := admin.NewClientFromConnectionString(b.ConnectionString, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: redirect{base}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateQueue(ctx, "q", nil); err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	if got, err := ac.GetQueue(ctx, "q", nil); err != nil || got == nil {
+		t.Fatalf("get queue: %v %v", got, err)
+	}
+	c, err := azservicebus.NewClientFromConnectionString(b.ConnectionString, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	s, _ := c.NewSender("q", nil)
+	seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{
+		{MessageID: to.Ptr("kept"), Body: []byte("a")},
+		{MessageID: to.Ptr("cancelled"), Body: []byte("b")},
+	}, time.Now().Add(time.Hour), nil)
+	if err != nil || len(seqs) != 2 {
+		t.Fatalf("schedule: %v %v\n%s", seqs, err, b.Output())
+	}
+	if err := s.CancelScheduledMessages(ctx, seqs[1:], nil); err != nil {
+		t.Fatalf("cancel scheduled: %v", err)
+	}
+	r, _ := c.NewReceiverForQueue("q", nil)
+	peeked, err := r.PeekMessages(ctx, 10, nil)
+	if err != nil || len(peeked) != 1 || peeked[0].MessageID != "kept" || peeked[0].ScheduledEnqueueTime == nil {
+		t.Fatalf("peek: %d messages, %v", len(peeked), err)
+	}
+
+	if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: to.Ptr("bad"), Body: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive: %v %v", msgs, err)
+	}
+	if err := r.AbandonMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatalf("abandon: %v", err)
+	}
+	if msgs, err = r.ReceiveMessages(ctx, 1, nil); err != nil || len(msgs) != 1 || msgs[0].DeliveryCount != 2 {
+		t.Fatalf("receive after abandon: %v %v", msgs, err)
+	}
+	if err := r.DeadLetterMessage(ctx, msgs[0], &azservicebus.DeadLetterOptions{Reason: to.Ptr("r"), ErrorDescription: to.Ptr("d")}); err != nil {
+		t.Fatalf("dead-letter: %v", err)
+	}
+	dlq, _ := c.NewReceiverForQueue("q", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	dead, err := dlq.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(dead) != 1 || *dead[0].DeadLetterReason != "r" || *dead[0].DeadLetterErrorDescription != "d" || *dead[0].DeadLetterSource != "q" {
+		t.Fatalf("dead-letter queue: %v %v", dead, err)
+	}
+}
