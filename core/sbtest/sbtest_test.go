@@ -145,3 +145,28 @@ func TestBrokerManagementOperations(t *testing.T) {
 		t.Fatalf("dead-letter queue: %v %v", dead, err)
 	}
 }
+
+// Filters the broker cannot evaluate are refused rather than matched wrongly.
+func TestBrokerRefusesSQLFilters(t *testing.T) {
+	b := sbtest.Start(t)
+	ctx := t.Context()
+	base, _ := url.Parse(b.AdminURL)
+	ac, err := admin.NewClientFromConnectionString(b.ConnectionString, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: redirect{base}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateTopic(ctx, "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateSubscription(ctx, "t", "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ac.CreateRule(ctx, "t", "s", &admin.CreateRuleOptions{Name: to.Ptr("sql"), Filter: &admin.SQLFilter{Expression: "kind = 'a'"}})
+	var respErr *azcore.ResponseError
+	if !errors.As(err, &respErr) || respErr.StatusCode != http.StatusBadRequest {
+		t.Fatalf("create a SQL rule: %v, want status 400", err)
+	}
+	if _, err := ac.CreateRule(ctx, "t", "s", &admin.CreateRuleOptions{Name: to.Ptr("none"), Filter: &admin.FalseFilter{}}); err != nil {
+		t.Fatalf("create a FalseFilter rule: %v", err)
+	}
+}

@@ -61,15 +61,32 @@ function intTag(xml, name, def) {
   return v === undefined ? def : Number(v);
 }
 
-// parseFilter reads a rule's filter: null matches everything, else an object of
-// application properties that must all be equal.
+// parseFilter reads a rule's filter: null matches everything (TrueFilter,
+// SqlFilter "1=1"), false nothing (FalseFilter, SqlFilter "1=0"), else an
+// object of application properties that must all be equal (CorrelationFilter;
+// its system-property fields are not supported). Other SQL filters throw.
 function parseFilter(ruleXML) {
-  if (!ruleXML || !/CorrelationFilter/.test(ruleXML)) return null; // TrueFilter, SqlFilter 1=1
+  if (!ruleXML) return null;
+  const filter = rawTag(ruleXML, 'Filter');
+  if (filter === undefined) return null;
+  const type = /<(?:\w+:)?Filter\s[^>]*type="(?:\w+:)?(\w+)"/.exec(ruleXML);
+  const kind = type ? type[1] : '';
+  if (kind === 'TrueFilter') return null;
+  if (kind === 'FalseFilter') return false;
+  if (kind === 'SqlFilter') {
+    const expr = (tag(filter, 'SqlExpression') || '').replace(/\s/g, '');
+    if (expr === '1=1') return null;
+    if (expr === '1=0') return false;
+    throw new BadRequest('SQL filters are not supported by the test broker: ' + expr);
+  }
+  if (kind !== 'CorrelationFilter') throw new BadRequest('unsupported filter type ' + kind);
   const props = {};
-  const kvs = ruleXML.match(/<(?:\w+:)?KeyValueOfstringanyType>[\s\S]*?<\/(?:\w+:)?KeyValueOfstringanyType>/g) || [];
+  const kvs = filter.match(/<(?:\w+:)?KeyValueOfstringanyType>[\s\S]*?<\/(?:\w+:)?KeyValueOfstringanyType>/g) || [];
   for (const kv of kvs) props[tag(kv, 'Key')] = tag(kv, 'Value') || '';
   return props;
 }
+
+class BadRequest extends Error {}
 
 // ---------- entities ----------
 
@@ -155,6 +172,7 @@ function isDuplicate(entity, id, now) {
 function matches(rules, props) {
   for (const filter of rules.values()) {
     if (filter === null) return true;
+    if (filter === false) continue;
     let ok = true;
     for (const k of Object.keys(filter)) {
       if (!props || props[k] === undefined || String(props[k]) !== filter[k]) { ok = false; break; }
@@ -664,6 +682,7 @@ function handleHTTP(req, res) {
       }
       return reply(404, 'unknown path');
     } catch (err) {
+      if (err instanceof BadRequest) return reply(400, err.message);
       console.error('sbbroker http error', err);
       return reply(500, String(err));
     }

@@ -37,10 +37,12 @@ func newBus(t testing.TB, broker *sbtest.Broker, cfg sbbus.Config) *sbbus.Bus {
 // on one test broker, as services share one namespace.
 func TestConformance(t *testing.T) {
 	broker := sbtest.Start(t)
+	t.Cleanup(func() { // after the parallel cases
+		if t.Failed() && os.Getenv("SBBROKER_DEBUG") != "" {
+			t.Log(broker.Output())
+		}
+	})
 	bustest.Run(t, func(t *testing.T) bus.Bus { return newBus(t, broker, sbbus.Config{}) })
-	if t.Failed() && os.Getenv("SBBROKER_DEBUG") != "" {
-		t.Log(broker.Output())
-	}
 }
 
 // With provisioning off, Ensure* only check that entities exist.
