@@ -1,12 +1,40 @@
 // A Service-Bus-compatible AMQP 1.0 test broker for Lucius's bus tests.
 //
-// The real azservicebus Go client talks to it over plain AMQP (connection
-// string with UseDevelopmentEmulator=true) and its admin client over plain
-// HTTP (the ATOM management API, the subset the sbbus adapter uses). It keeps
-// everything in memory and is not a production broker.
+// The real azservicebus Go client talks to it over plain AMQP (a connection
+// string with UseDevelopmentEmulator=true, which keeps the endpoint's port)
+// and its admin client over plain HTTP (the ATOM management API, the subset
+// that package sbbus uses). Everything is in memory; it is not a production
+// broker. What it does, as Service Bus does:
+//
+//   - SASL ANONYMOUS and PLAIN (the SDK uses ANONYMOUS, then $cbs put-token,
+//     which accepts any token).
+//   - Queues, topics and subscriptions with rules: TrueFilter, FalseFilter,
+//     SqlFilter "1=1"/"1=0" and CorrelationFilter on application properties
+//     (other SQL filters are refused with 400).
+//   - Peek-lock with link credit and drain: the lock token is the delivery tag
+//     (.NET GUID byte order) and x-opt-lock-token; accepted = Complete,
+//     modified = Abandon (counts as a delivery, as Service Bus's abandon
+//     does), released = given back unseen (the SDK's releaser; not counted),
+//     rejected with com.microsoft:dead-letter = DeadLetter with
+//     DeadLetterReason/DeadLetterErrorDescription. A settlement without a
+//     valid lock is answered rejected com.microsoft:message-lock-lost.
+//   - Lock expiry redelivers, MaxDeliveryCount dead-letters
+//     (MaxDeliveryCountExceeded), TTL dead-letters (TTLExpiredException) or
+//     drops, scheduled enqueue (x-opt-scheduled-enqueue-time), duplicate
+//     detection by message id within the window, batches (format 0x80013700)
+//     enqueued atomically, a 256 KB max message size as on the Standard tier.
+//   - Annotations x-opt-sequence-number, x-opt-enqueued-time,
+//     x-opt-locked-until, x-opt-scheduled-enqueue-time, x-opt-deadletter-source.
+//   - $management: renew-lock, update-disposition, schedule-message,
+//     cancel-scheduled-message, peek-message.
+//   - "q/$deadletterqueue" and "t/subscriptions/s/$deadletterqueue".
+//
+// Not supported: sessions, deferral's receive-by-sequence-number,
+// transactions, auto-forwarding, partitioning, WebSockets and TLS.
 //
 // Usage: node broker.js --amqp-port N --http-port M [--host 127.0.0.1]
-// It prints "sbbroker listening amqp=N http=M" once both ports listen.
+// It prints "sbbroker listening amqp=N http=M" once both ports listen and
+// exits when its stdin closes. SBBROKER_DEBUG=1 logs to stderr.
 'use strict';
 
 const http = require('http');
