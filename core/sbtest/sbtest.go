@@ -187,7 +187,7 @@ func installDeps(ctx context.Context, root string) (string, error) {
 		return "", err
 	}
 	modules := filepath.Join(dst, "node_modules")
-	if installed, err := os.ReadFile(filepath.Join(dst, "installed-lock.json")); err == nil && bytes.Equal(installed, lock) {
+	if installedAlready(dst, lock) {
 		return modules, nil
 	}
 	npm, err := exec.LookPath("npm")
@@ -221,17 +221,24 @@ func installDeps(ctx context.Context, root string) (string, error) {
 	if err := os.WriteFile(filepath.Join(tmp, "installed-lock.json"), lock, 0o644); err != nil {
 		return "", err
 	}
-	old := dst + ".old"
-	os.RemoveAll(old)
-	os.Rename(dst, old) //nolint:errcheck // absent on a first install
+	if installedAlready(dst, lock) {
+		return modules, nil // another test binary finished first
+	}
+	os.RemoveAll(dst) // stale: another lock file, or a broken install
 	if err := os.Rename(tmp, dst); err != nil {
-		if installed, rerr := os.ReadFile(filepath.Join(dst, "installed-lock.json")); rerr == nil && bytes.Equal(installed, lock) {
+		if installedAlready(dst, lock) {
 			return modules, nil // another test binary won the race
 		}
 		return "", err
 	}
-	os.RemoveAll(old)
 	return modules, nil
+}
+
+// installedAlready tells whether dir holds an install of this lock file; the
+// stamp is written last, so a valid install is never moved or removed.
+func installedAlready(dir string, lock []byte) bool {
+	installed, err := os.ReadFile(filepath.Join(dir, "installed-lock.json"))
+	return err == nil && bytes.Equal(installed, lock)
 }
 
 func freePort() (int, error) {
