@@ -546,7 +546,7 @@ container.on('sender_open', (context) => {
   const target = resolve(address);
   if (!target || !target.store) {
     debug('receiver for missing entity', address);
-    link.set_source(null);
+    link.local.attach.source = null; // a nil terminus, as for senders
     link.close({ condition: 'amqp:not-found', description: 'The messaging entity ' + address + ' could not be found.' });
     return;
   }
@@ -583,8 +583,7 @@ container.on('receiver_open', (context) => {
   const target = resolve(address);
   if (!target || target.kind === 'subscription' || (target.store && target.store.isDLQ)) {
     debug('sender for missing entity', address);
-    link.set_target(null);
-    link.local.attach.max_message_size = MAX_MESSAGE_SIZE;
+    link.local.attach.target = null; // a nil terminus: go-amqp then waits for the detach and its error
     link.close({ condition: 'amqp:not-found', description: 'The messaging entity ' + address + ' could not be found.' });
     return;
   }

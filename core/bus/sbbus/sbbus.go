@@ -48,11 +48,15 @@
 // By default Ensure* create or update entities through the admin client,
 // which needs the Azure Service Bus Data Owner role (or a Manage SAS rule).
 // With Config.SkipProvisioning (LUCIUS_SERVICEBUS_PROVISION=false) entities
-// are managed elsewhere (Bicep, Terraform) and Ensure* only check that they
-// exist, returning bus.ErrNotFound otherwise; then Data Sender and Data
-// Receiver suffice. The test broker serves the management API too, so tests
-// provision as production does (Config.AdminEndpoint points the admin client
-// at it).
+// are managed elsewhere (Bicep, Terraform, the emulator's config file) and
+// Ensure* only check over AMQP that they exist, returning bus.ErrNotFound
+// otherwise: a queue or subscription by peeking (Listen), a topic (or a queue
+// the caller may only send to) by attaching a sender link (Send). Then Data
+// Sender and Data Receiver suffice; an entity neither right reaches is assumed
+// to exist, with a warning. Config.AdminEndpoint
+// (LUCIUS_SERVICEBUS_ADMIN_ENDPOINT) sends the admin client to a plain-HTTP
+// management endpoint such as the emulator's; the test broker serves the
+// management API too, so tests provision as production does.
 package sbbus
 
 import (
@@ -81,6 +85,7 @@ const (
 	EnvConnectionString = "LUCIUS_SERVICEBUS_CONNECTION_STRING"
 	EnvNamespace        = "LUCIUS_SERVICEBUS_NAMESPACE"
 	EnvProvision        = "LUCIUS_SERVICEBUS_PROVISION"
+	EnvAdminEndpoint    = "LUCIUS_SERVICEBUS_ADMIN_ENDPOINT"
 )
 
 // FilterRuleName is the name of the rule that carries a subscription's filter.
@@ -99,12 +104,12 @@ type Config struct {
 	// Credential for Namespace. Default: azidentity.DefaultAzureCredential
 	// (workload identity, managed identity, az login, environment).
 	Credential azcore.TokenCredential
-	// SkipProvisioning makes Ensure* check that entities exist instead of
-	// creating or updating them.
+	// SkipProvisioning makes Ensure* check over AMQP that entities exist
+	// instead of creating or updating them (LUCIUS_SERVICEBUS_PROVISION=false).
 	SkipProvisioning bool
 	// AdminEndpoint, when set, sends the management REST API to this base URL
-	// (e.g. http://127.0.0.1:5300 for an emulator or the test broker) instead
-	// of https://<namespace>/.
+	// (an emulator's or the test broker's plain-HTTP management endpoint)
+	// instead of https://<namespace>/ (LUCIUS_SERVICEBUS_ADMIN_ENDPOINT).
 	AdminEndpoint string
 	// Logger receives warnings. Default: slog.Default().
 	Logger *slog.Logger
@@ -115,6 +120,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	var cfg Config
 	cfg.ConnectionString, _ = lookup(EnvConnectionString)
 	cfg.Namespace, _ = lookup(EnvNamespace)
+	cfg.AdminEndpoint, _ = lookup(EnvAdminEndpoint)
 	if v, ok := lookup(EnvProvision); ok && v != "" {
 		provision, err := strconv.ParseBool(v)
 		if err != nil {
@@ -254,8 +260,7 @@ func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOption
 		return bus.ErrClosed
 	}
 	if !b.provision {
-		resp, err := b.admin.GetQueue(ctx, name, nil)
-		return existence("queue "+name, resp == nil, err)
+		return b.checkExists(ctx, bus.QueueSource(name), name)
 	}
 	props := admin.QueueProperties{
 		LockDuration:                        duration(orDefault(opts.LockDuration, bus.DefaultLockDuration)),
@@ -277,8 +282,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOption
 		return bus.ErrClosed
 	}
 	if !b.provision {
-		resp, err := b.admin.GetTopic(ctx, name, nil)
-		return existence("topic "+name, resp == nil, err)
+		return b.checkExists(ctx, bus.Source{}, name)
 	}
 	props := admin.TopicProperties{
 		DefaultMessageTimeToLive:            duration(orDefault(opts.DefaultTTL, bus.DefaultTTL)),
@@ -298,8 +302,7 @@ func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts b
 	}
 	what := "ensure subscription " + topic + "/" + name
 	if !b.provision {
-		resp, err := b.admin.GetSubscription(ctx, topic, name, nil)
-		return existence("subscription "+topic+"/"+name, resp == nil, err)
+		return b.checkExists(ctx, bus.SubscriptionSource(topic, name), "")
 	}
 	props := admin.SubscriptionProperties{
 		LockDuration:                     duration(orDefault(opts.LockDuration, bus.DefaultLockDuration)),
@@ -344,12 +347,53 @@ func ruleFilter(filter map[string]string) admin.RuleFilter {
 	return &admin.CorrelationFilter{ApplicationProperties: props}
 }
 
-// existence turns a Get* result into nil or bus.ErrNotFound.
-func existence(what string, missing bool, err error) error {
-	if err == nil && missing {
-		return fmt.Errorf("sbbus: %s: %w", what, bus.ErrNotFound)
+// checkExists tells whether an entity exists without the admin API (whose
+// reads need the Manage right, and which the emulator may not serve): it peeks
+// src when set (Listen), else opens a sender link to entity (Send). An entity
+// these rights cannot reach is assumed to exist, with a warning: its first
+// Send or Receive reports what is wrong.
+func (b *Bus) checkExists(ctx context.Context, src bus.Source, entity string) error {
+	var err error
+	what := entity
+	if src.Queue != "" || src.Topic != "" {
+		what = src.Path()
+		var r *azservicebus.Receiver
+		if src.Topic != "" {
+			r, err = b.client.NewReceiverForSubscription(src.Topic, src.Subscription, nil)
+		} else {
+			r, err = b.client.NewReceiverForQueue(src.Queue, nil)
+		}
+		if err == nil {
+			_, err = r.PeekMessages(ctx, 1, nil)
+			r.Close(context.Background()) //nolint:errcheck
+		}
+		if err == nil || !unauthorized(err) || entity == "" {
+			return b.checked(what, err)
+		}
+	}
+	s, err := b.client.NewSender(entity, nil)
+	if err == nil {
+		_, err = s.NewMessageBatch(ctx, nil) // attaches the link
+		s.Close(context.Background())        //nolint:errcheck
+	}
+	return b.checked(what, err)
+}
+
+func (b *Bus) checked(what string, err error) error {
+	if err != nil && unauthorized(err) {
+		b.log.Warn("sbbus: cannot check that the entity exists; assuming it does", "entity", what, "err", err)
+		return nil
 	}
 	return mapErr("check "+what, err)
+}
+
+func unauthorized(err error) bool {
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeUnauthorizedAccess {
+		return true
+	}
+	var amqpErr *amqp.Error
+	return errors.As(err, &amqpErr) && amqpErr.Condition == amqp.ErrCondUnauthorizedAccess
 }
 
 // ---------- senders ----------
