@@ -287,7 +287,8 @@ func (r *receiver) Close(ctx context.Context) error {
 // KeepLock renews m's lock every interval (a third of the lock's remaining
 // time when interval is zero) until the returned stop is called, ctx ends or
 // a renewal fails; it serves handlers that outlast the entity's lock
-// duration. It works with any bus.Receiver.
+// duration. It works with any bus.Receiver. While it runs it owns
+// m.LockedUntil (RenewLock updates it): read that after stop.
 func KeepLock(ctx context.Context, r bus.Receiver, m *bus.Received, interval time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
