@@ -743,3 +743,32 @@ var testCallbackKeys = func() *auth.CallbackKeys {
 	}
 	return k
 }()
+
+// The correlation id a worker echoes from its directive lands on the events
+// its callbacks cause (seed 004 §12: ingress → directive → callbacks → events).
+func TestCallbacksCarryTheEchoedCorrelationIDIntoEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	f.create(q)
+	s := f.current(q.JobId)
+	if _, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
+		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1", CorrelationId: "order-4711"}); err != nil {
+		t.Fatal(err)
+	}
+	var acked bool
+	for _, e := range f.events(q.JobId) {
+		if e.StepID == s.StepID && e.ToStatus == string(ledger.StepInProgress) {
+			acked = true
+			if e.Data["correlation_id"] != "order-4711" {
+				t.Fatalf("the ACK's transition %+v lacks the echoed correlation id", e)
+			}
+		}
+		if e.Type == ledger.EventJobAccepted && e.Data["correlation_id"] == "order-4711" {
+			t.Fatalf("an event of an earlier transaction was annotated: %+v", e)
+		}
+	}
+	if !acked {
+		t.Fatal("no IN_PROGRESS transition")
+	}
+}
