@@ -28,6 +28,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Reasons a message was dead-lettered by the bus itself (Service Bus's own strings).
@@ -194,6 +197,31 @@ type Receiver interface {
 	// RenewLock extends the message's lock by the entity's lock duration.
 	RenewLock(ctx context.Context, m *Received) (time.Time, error)
 	Close(ctx context.Context) error
+}
+
+// TxPublisher is an optional capability of a Bus whose messages live in a
+// PostgreSQL database (package pgbus has it; Azure Service Bus cannot): it
+// sends with a transaction the caller holds, so the messages commit or roll
+// back with the caller's own writes. The outbox dispatcher uses it to publish
+// rows and mark them sent in one commit. Ask for it with a type assertion to
+// this interface:
+//
+//	if tp, ok := b.(bus.TxPublisher); ok && tp.InDatabase(pool) {
+//		// send with tp.SendInTx inside transactions begun on pool
+//	}
+//
+// A Bus without it is published to after the producer's commit; message ids
+// make a re-send after a crash harmless (duplicate detection). A wrapper of a
+// Bus hides the capability unless it implements TxPublisher itself.
+type TxPublisher interface {
+	// InDatabase reports whether the bus's messages live in the database pool
+	// connects to, so SendInTx accepts transactions begun on pool.
+	InDatabase(pool *pgxpool.Pool) bool
+	// SendInTx sends msgs to the queue or topic entity with tx, a transaction
+	// on the bus's database, as Sender.Send would: they become visible when tx
+	// commits and are gone if it rolls back. Call announce after the commit to
+	// wake the receivers (until then they find the messages by polling).
+	SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...Message) (announce func(), err error)
 }
 
 // PropertiesCarrier lets OpenTelemetry propagators read and write trace context
