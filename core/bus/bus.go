@@ -174,6 +174,9 @@ type Bus interface {
 	NewSender(ctx context.Context, entity string) (Sender, error)
 	// NewReceiver receives from a queue, a subscription, or a dead-letter queue.
 	NewReceiver(ctx context.Context, src Source) (Receiver, error)
+	// TxPublisher returns the bus's capability to publish inside a producer's
+	// database transaction, or nil when it has none (Azure Service Bus).
+	TxPublisher() TxPublisher
 	// Close releases the bus's resources; senders and receivers stop working.
 	Close(ctx context.Context) error
 }
@@ -203,16 +206,16 @@ type Receiver interface {
 // PostgreSQL database (package pgbus has it; Azure Service Bus cannot): it
 // sends with a transaction the caller holds, so the messages commit or roll
 // back with the caller's own writes. The outbox dispatcher uses it to publish
-// rows and mark them sent in one commit. Ask for it with a type assertion to
-// this interface:
+// rows and mark them sent in one commit. Every Bus says whether it has it,
+// through the interface, never by a type assertion:
 //
-//	if tp, ok := b.(bus.TxPublisher); ok && tp.InDatabase(pool) {
+//	if tp := b.TxPublisher(); tp != nil && tp.InDatabase(pool) {
 //		// send with tp.SendInTx inside transactions begun on pool
 //	}
 //
-// A Bus without it is published to after the producer's commit; message ids
-// make a re-send after a crash harmless (duplicate detection). A wrapper of a
-// Bus hides the capability unless it implements TxPublisher itself.
+// A Bus without it (TxPublisher returns nil) is published to after the
+// producer's commit; message ids make a re-send after a crash harmless
+// (duplicate detection).
 type TxPublisher interface {
 	// InDatabase reports whether the bus's messages live in the database pool
 	// connects to, so SendInTx accepts transactions begun on pool.

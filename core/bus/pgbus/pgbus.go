@@ -166,6 +166,10 @@ var (
 	_ bus.TxPublisher = (*Bus)(nil)
 )
 
+// TxPublisher returns b: the PostgreSQL bus publishes inside transactions on
+// its database (SendInTx).
+func (b *Bus) TxPublisher() bus.TxPublisher { return b }
+
 // New starts a Bus on pool, which the caller keeps owning. It opens one more
 // connection, outside the pool, to listen for notifications.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Bus, error) {

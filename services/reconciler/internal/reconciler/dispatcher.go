@@ -98,7 +98,7 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 	}
 	d := &dispatcher{store: store, bus: b, pool: pool, cfg: cfg, log: log, senders: map[string]bus.Sender{},
 		published: published, failures: failures, lag: lag}
-	if tp, ok := b.(bus.TxPublisher); ok && tp.InDatabase(pool) {
+	if tp := b.TxPublisher(); tp != nil && tp.InDatabase(pool) {
 		d.inTx = tp
 	}
 	_, err = meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."),

@@ -20,6 +20,8 @@ func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, pgbus.Migrations
 // leased path, as it does for a bus without it (Azure Service Bus).
 type onlySend struct{ bus.Bus }
 
+func (onlySend) TxPublisher() bus.TxPublisher { return nil }
+
 // A round publishes every row whose destination exists and marks it sent; a
 // row for a missing destination is released with its error and waits. With
 // the PostgreSQL bus on the ledger's pool the round publishes in the

@@ -543,3 +543,5 @@ func TestOpenBackendsPutsTheBusInTheDatabaseOnlyForPostgres(t *testing.T) {
 type serviceBusStandIn struct{ bus.Bus }
 
 func (serviceBusStandIn) Close(context.Context) error { return nil }
+
+func (serviceBusStandIn) TxPublisher() bus.TxPublisher { return nil }
