@@ -28,6 +28,9 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Reasons a message was dead-lettered by the bus itself (Service Bus's own strings).
@@ -171,6 +174,9 @@ type Bus interface {
 	NewSender(ctx context.Context, entity string) (Sender, error)
 	// NewReceiver receives from a queue, a subscription, or a dead-letter queue.
 	NewReceiver(ctx context.Context, src Source) (Receiver, error)
+	// TxPublisher returns the bus's capability to publish inside a producer's
+	// database transaction, or nil when it has none (Azure Service Bus).
+	TxPublisher() TxPublisher
 	// Close releases the bus's resources; senders and receivers stop working.
 	Close(ctx context.Context) error
 }
@@ -194,6 +200,31 @@ type Receiver interface {
 	// RenewLock extends the message's lock by the entity's lock duration.
 	RenewLock(ctx context.Context, m *Received) (time.Time, error)
 	Close(ctx context.Context) error
+}
+
+// TxPublisher is an optional capability of a Bus whose messages live in a
+// PostgreSQL database (package pgbus has it; Azure Service Bus cannot): it
+// sends with a transaction the caller holds, so the messages commit or roll
+// back with the caller's own writes. The outbox dispatcher uses it to publish
+// rows and mark them sent in one commit. Every Bus says whether it has it,
+// through the interface, never by a type assertion:
+//
+//	if tp := b.TxPublisher(); tp != nil && tp.InDatabase(pool) {
+//		// send with tp.SendInTx inside transactions begun on pool
+//	}
+//
+// A Bus without it (TxPublisher returns nil) is published to after the
+// producer's commit; message ids make a re-send after a crash harmless
+// (duplicate detection).
+type TxPublisher interface {
+	// InDatabase reports whether the bus's messages live in the database pool
+	// connects to, so SendInTx accepts transactions begun on pool.
+	InDatabase(pool *pgxpool.Pool) bool
+	// SendInTx sends msgs to the queue or topic entity with tx, a transaction
+	// on the bus's database, as Sender.Send would: they become visible when tx
+	// commits and are gone if it rolls back. Call announce after the commit to
+	// wake the receivers (until then they find the messages by polling).
+	SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...Message) (announce func(), err error)
 }
 
 // PropertiesCarrier lets OpenTelemetry propagators read and write trace context

@@ -32,7 +32,21 @@ type callbackKey struct {
 	jobID, stepID string
 	attemptNo     int
 	leaseID       string
-	kind          string // ACK or RESULT
+	kind          string // ACK, RESULT or HEARTBEAT
+	// correlationID is what the worker echoed from its directive; it is set
+	// on the events the callback causes.
+	correlationID string
+}
+
+// callbackTx runs a callback's transaction and sets the correlation id the
+// worker echoed on every event of the job it appended (seed 004 §12: the id
+// travels ingress → directive → callbacks → events).
+func (e *Engine) callbackTx(ctx context.Context, key callbackKey, fn func(tx *ledger.Tx) error) error {
+	return e.store.InTx(ctx, func(tx *ledger.Tx) error {
+		err := fn(tx)
+		tx.Annotate(key.jobID, "correlation_id", key.correlationID)
+		return err
+	})
 }
 
 // AckResult is the answer to Ack.
@@ -45,9 +59,9 @@ type AckResult struct {
 // IN_PROGRESS with the execution lease running, and the job becomes
 // IN_PROGRESS on its first acknowledged step.
 func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "ACK"}
+	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "ACK", req.GetCorrelationId()}
 	var out AckResult
-	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
+	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
 		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {
@@ -86,9 +100,9 @@ type ResultResult struct {
 // node has an on_failure path. A RESULT before any ACK implies the ACK. The
 // result of a step still running when its job ended is recorded on the step only.
 func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (ResultResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "RESULT"}
+	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "RESULT", req.GetCorrelationId()}
 	var out ResultResult
-	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
+	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
 		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {
@@ -273,9 +287,9 @@ type HeartbeatResult struct {
 // Heartbeat extends the lease of the current attempt by the node's timeout
 // and records its progress. A heartbeat before any ACK implies the ACK.
 func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) (HeartbeatResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "HEARTBEAT"}
+	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "HEARTBEAT", req.GetCorrelationId()}
 	var out HeartbeatResult
-	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {
+	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
 		job, step, attempt, err := lockStep(ctx, tx, key)
 		if err != nil {

@@ -621,6 +621,74 @@ func TestOrphanReclaimIncrementsEpoch(t *testing.T) {
 	}
 }
 
+// Two orchestrators racing to reclaim the same orphans: each job gets exactly
+// one new owner (epoch 2, one OWNER_CHANGED event), and the loser's writes on
+// a job it did not win are fenced.
+func TestConcurrentReclaimersTakeEachOrphanOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const jobs = 20
+	for range jobs {
+		f.create(f.accept("OCR"))
+	}
+	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE jobs SET owner_heartbeat_at = now() - interval '10 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	won := map[string][]ledger.Reclaimed{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, owner := range []string{"orch-b", "orch-c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 10 { // small batches, so the two interleave
+				got, err := f.store.ReclaimOrphans(f.ctx, owner, 2*time.Minute, 3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				won[owner] = append(won[owner], got...)
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := map[string]string{}
+	for owner, rs := range won {
+		for _, r := range rs {
+			if prev, ok := winner[r.JobID]; ok {
+				t.Fatalf("job %s reclaimed by %s and %s", r.JobID, prev, owner)
+			}
+			if r.Epoch != 2 || r.PreviousOwner != "orch-a" {
+				t.Fatalf("reclaim %+v, want epoch 2 from orch-a", r)
+			}
+			winner[r.JobID] = owner
+		}
+	}
+	if len(winner) != jobs {
+		t.Fatalf("%d of %d orphans reclaimed (orch-b %d, orch-c %d)", len(winner), jobs, len(won["orch-b"]), len(won["orch-c"]))
+	}
+	t.Logf("orch-b reclaimed %d, orch-c %d", len(won["orch-b"]), len(won["orch-c"]))
+	var events int
+	if err := f.store.Pool().QueryRow(f.ctx, `SELECT count(*) FROM job_events WHERE type = 'OWNER_CHANGED'`).Scan(&events); err != nil || events != jobs {
+		t.Fatalf("%d OWNER_CHANGED events, want %d (%v)", events, jobs, err)
+	}
+	for job, owner := range winner {
+		loser := "orch-b"
+		if owner == loser {
+			loser = "orch-c"
+		}
+		kept, fenced, err := f.store.HeartbeatOwned(f.ctx, loser, []ledger.OwnedJob{{JobID: job, Epoch: 2}})
+		if err != nil || len(kept) != 0 || len(fenced) != 1 || fenced[0].Owner != owner {
+			t.Fatalf("%s's heartbeat on %s (won by %s): kept %v, fenced %+v, %v", loser, job, owner, kept, fenced, err)
+		}
+	}
+}
+
 func hasEvent(events []ledger.Event, typ, reason string) bool {
 	for _, e := range events {
 		if e.Type == typ && e.Reason == reason {
@@ -675,3 +743,32 @@ var testCallbackKeys = func() *auth.CallbackKeys {
 	}
 	return k
 }()
+
+// The correlation id a worker echoes from its directive lands on the events
+// its callbacks cause (seed 004 §12: ingress → directive → callbacks → events).
+func TestCallbacksCarryTheEchoedCorrelationIDIntoEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR")
+	f.create(q)
+	s := f.current(q.JobId)
+	if _, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
+		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1", CorrelationId: "order-4711"}); err != nil {
+		t.Fatal(err)
+	}
+	var acked bool
+	for _, e := range f.events(q.JobId) {
+		if e.StepID == s.StepID && e.ToStatus == string(ledger.StepInProgress) {
+			acked = true
+			if e.Data["correlation_id"] != "order-4711" {
+				t.Fatalf("the ACK's transition %+v lacks the echoed correlation id", e)
+			}
+		}
+		if e.Type == ledger.EventJobAccepted && e.Data["correlation_id"] == "order-4711" {
+			t.Fatalf("an event of an earlier transaction was annotated: %+v", e)
+		}
+	}
+	if !acked {
+		t.Fatal("no IN_PROGRESS transition")
+	}
+}

@@ -29,6 +29,30 @@ func (t *Tx) SQL() pgx.Tx { return t.tx }
 // Append records audit events, written when the transaction commits.
 func (t *Tx) Append(events ...Event) { t.events = append(t.events, events...) }
 
+// Annotate sets key in the data of every event of job appended so far that
+// lacks it, e.g. the correlation id a callback echoed on the transitions it
+// caused. An empty value changes nothing.
+func (t *Tx) Annotate(jobID, key, value string) {
+	if value == "" {
+		return
+	}
+	for i := range t.events {
+		e := &t.events[i]
+		if e.JobID != jobID {
+			continue
+		}
+		if _, ok := e.Data[key]; ok {
+			continue
+		}
+		data := make(map[string]any, len(e.Data)+1)
+		for k, v := range e.Data {
+			data[k] = v
+		}
+		data[key] = value
+		e.Data = data
+	}
+}
+
 // Enqueue records messages to publish, written when the transaction commits.
 func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }
 

@@ -124,7 +124,7 @@ func TestBatchReportsPhasesWithStepCountsAndInitExecutions(t *testing.T) {
 	w.member(id, "c@contoso.com", MemberRemoved)
 	// Inserted out of due order: the report orders by due time.
 	migrate := w.phase(id, "migrate", 0, start, 3, PhasePending)
-	pre := w.phase(id, "pre-notification", -7200, start.Add(-7200*time.Minute), 3, PhaseDispatched)
+	pre := w.phase(id, "pre-notification", 7200, start.Add(-7200*time.Minute), 3, PhaseDispatched)
 	w.step(pre, m1, KindPhase, StepSucceeded)
 	w.step(pre, m2, KindPhase, StepFailed)
 	w.step(pre, m2, KindRollback, StepSucceeded) // a rollback is not a step of the phase
@@ -150,7 +150,7 @@ func TestBatchReportsPhasesWithStepCountsAndInitExecutions(t *testing.T) {
 		t.Fatalf("phases %+v", b.Phases)
 	}
 	p := b.Phases[0]
-	if p.PhaseName != "pre-notification" || p.OffsetMinutes != -7200 || !p.DueAt.Equal(start.Add(-7200*time.Minute)) ||
+	if p.PhaseName != "pre-notification" || p.OffsetMinutes != 7200 || !p.DueAt.Equal(start.Add(-7200*time.Minute)) ||
 		p.RunbookVersion != 3 || p.Status != PhaseDispatched || p.DispatchedAt.IsZero() || !p.CompletedAt.IsZero() ||
 		!reflect.DeepEqual(p.Steps, map[string]int{StepSucceeded: 1, StepFailed: 1}) {
 		t.Fatalf("pre-notification %+v", p)

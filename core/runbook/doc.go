@@ -20,14 +20,14 @@
 //	    params: {batch: "{{ _batch_id }}", starts: "{{ _batch_start_time }}"}
 //	phases:                                # at least one
 //	  - name: pre-notification
-//	    offset_minutes: -7200              # due at batch start + offset (negative: before)
+//	    offset_minutes: 7200               # minutes BEFORE the batch start (seed 003): due = start − offset
 //	    steps:
 //	      - name: send-notice              # step names are unique in the whole runbook
 //	        worker_id: mailer
 //	        function: send_email
 //	        params: {to: "{{ email }}", subject: "Your move on {{ _batch_start_time }}"}
 //	  - name: migrate
-//	    offset_minutes: 0
+//	    offset_minutes: 0                  # at the start; negative offsets fall after it
 //	    steps:
 //	      - name: start-mailbox-move
 //	        worker_id: exchange

@@ -37,7 +37,7 @@ func TestParseReadsTheSpecExample(t *testing.T) {
 		rb.Init[0].Function != "create_migration_endpoint" {
 		t.Fatalf("init %+v", rb.Init)
 	}
-	if len(rb.Phases) != 2 || rb.Phases[0].Name != "pre-notification" || rb.Phases[0].OffsetMinutes != -7200 ||
+	if len(rb.Phases) != 2 || rb.Phases[0].Name != "pre-notification" || rb.Phases[0].OffsetMinutes != 7200 ||
 		rb.Phases[1].Name != "migrate" || rb.Phases[1].OffsetMinutes != 0 {
 		t.Fatalf("phases %+v", rb.Phases)
 	}

@@ -27,10 +27,12 @@ type Runbook struct {
 	Source []byte
 }
 
-// Phase is a group of steps due at the batch start time plus an offset.
+// Phase is a group of steps due an offset before the batch start time.
 type Phase struct {
 	Name string
-	// OffsetMinutes is added to the batch start time (negative: before it).
+	// OffsetMinutes counts minutes before the batch start time, as seed 003
+	// does (7200: five days before; negative: after the start). The phase is
+	// due at batch_start_time − offset_minutes.
 	OffsetMinutes int
 	Steps         []Step
 }

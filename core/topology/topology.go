@@ -2,7 +2,9 @@
 // every process (declaring is idempotent), so no message is published to a
 // topic before the subscriptions that must receive it exist:
 //
-//   - queue orchestrator-jobs: accepted commands, competed for by orchestrators;
+//   - queue orchestrator-jobs: accepted commands, competed for by orchestrators,
+//     with seed 000's settings: messages live a day (then the stranded-request
+//     sweeper re-enqueues what was never claimed) and a lock lasts 5 minutes;
 //   - topic orchestrator-events with subscription orchestrator: scheduler events;
 //   - directive topics, 16 partitions per lane: global-default-p{n} and
 //     global-burst-p{n} (two topic sets), or global-bus-p{n} (one topic set);
@@ -31,6 +33,10 @@ const (
 	PropertyLane              = "lane"
 	defaultEventsMaxDelivery  = 10
 	defaultEventsLockDuration = time.Minute
+	// DefaultJobsLockDuration and JobsTTL are seed 000's orchestrator-jobs
+	// settings (lock PT5M, time to live P1D).
+	DefaultJobsLockDuration = 5 * time.Minute
+	JobsTTL                 = 24 * time.Hour
 )
 
 // Config describes the entities to declare.
@@ -38,8 +44,9 @@ type Config struct {
 	Topology routing.Topology
 	// Services get their directive subscriptions declared.
 	Services []string
-	// JobsLockDuration is the orchestrator-jobs lock (default 60s); a crashed
-	// orchestrator's claimed messages return after it.
+	// JobsLockDuration is the orchestrator-jobs lock (default 5m, seed 000);
+	// a message claimed by an orchestrator that crashed before creating the job
+	// returns after it. (The message is completed as soon as the job exists.)
 	JobsLockDuration time.Duration
 	// DirectiveLockDuration is the lock of directive subscriptions (default 60s).
 	DirectiveLockDuration time.Duration
@@ -113,8 +120,13 @@ func Declare(ctx context.Context, admin bus.Admin, cfg Config) error {
 	if cfg.Topology == "" {
 		cfg.Topology = routing.TopologyTwoTopicSets
 	}
+	jobsLock := cfg.JobsLockDuration
+	if jobsLock == 0 {
+		jobsLock = DefaultJobsLockDuration
+	}
 	if err := admin.EnsureQueue(ctx, QueueOrchestratorJobs, bus.QueueOptions{
-		LockDuration: cfg.JobsLockDuration, MaxDeliveryCount: cfg.MaxDeliveryCount, DeadLetterOnExpiration: true,
+		LockDuration: jobsLock, MaxDeliveryCount: cfg.MaxDeliveryCount, DeadLetterOnExpiration: true,
+		DefaultTTL: JobsTTL,
 	}); err != nil {
 		return fmt.Errorf("declare %s: %w", QueueOrchestratorJobs, err)
 	}
@@ -168,7 +180,7 @@ func DeclareService(ctx context.Context, admin bus.Admin, cfg Config, service st
 // so a process declaring other options would change them for all.
 //
 //	LUCIUS_TOPOLOGY                  two-topic-sets (default) | one-topic-set
-//	LUCIUS_JOBS_LOCK_DURATION        orchestrator-jobs lock (60s)
+//	LUCIUS_JOBS_LOCK_DURATION        orchestrator-jobs lock (5m)
 //	LUCIUS_DIRECTIVE_LOCK_DURATION   directive subscriptions' lock (60s)
 //	LUCIUS_MAX_DELIVERY_COUNT        deliveries before dead-lettering (10)
 func ConfigFromEnv(e *env.Reader) (Config, error) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
@@ -89,4 +91,50 @@ func (s *suite) ownedRunningJob() (job, owner, other string) {
 		other = orchestrators[1]
 	}
 	return job, owner, other
+}
+
+// Seed 000's success criterion with the default timings (no overrides):
+// an orchestrator killed while it owns a job, the job has a new owner within
+// two minutes (heartbeat 15 s + orphan threshold 75 s + scan 30 s). The slack
+// covers process scheduling on a busy machine, not the timings.
+func TestAnOrphanIsReclaimedWithinTwoMinutes(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{env: map[string]string{"LUCIUS_LOG_LEVEL": "info"}})
+	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "acme",
+		RequestType: "E2E_MANUAL", SchemaVersion: "1", InputRef: s.input("orphan.txt", "x"), OutputRef: "file://" + s.inputs + "/out/orphan",
+		Payload: &structpb.Struct{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitStep(resp.GetJobId(), luciusv1.StepStatus_STEP_STATUS_AWAITING_ACK) // the test never answers: the job stays live
+	var owner string
+	if err := s.pool.QueryRow(s.ctx, `SELECT owner_id FROM jobs WHERE job_id = $1`, resp.GetJobId()).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(owner); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	const bound, slack = 120 * time.Second, 10 * time.Second
+	for {
+		var now string
+		var epoch int64
+		if err := s.pool.QueryRow(s.ctx, `SELECT owner_id, owner_epoch FROM jobs WHERE job_id = $1`, resp.GetJobId()).Scan(&now, &epoch); err != nil {
+			t.Fatal(err)
+		}
+		if now != owner {
+			if epoch != 2 {
+				t.Fatalf("reclaimed at epoch %d, want 2", epoch)
+			}
+			t.Logf("reclaimed by %s %s after the kill", now, time.Since(killed).Round(time.Second))
+			break
+		}
+		if time.Since(killed) > bound+slack {
+			t.Fatalf("still owned by the killed %s %s after the kill", owner, time.Since(killed).Round(time.Second))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if n := s.count(`SELECT count(*) FROM job_events WHERE job_id = $1 AND type = 'OWNER_CHANGED'`, resp.GetJobId()); n != 1 {
+		t.Fatalf("%d OWNER_CHANGED events, want 1", n)
+	}
 }

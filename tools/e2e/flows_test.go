@@ -53,7 +53,7 @@ func TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC(t *testing.T) {
 		t.Fatalf("gRPC submit: %v", err)
 	}
 
-	for _, c := range []struct{ id, outPath string }{{restID, outRESTPath}, {resp.GetJobId(), outGRPCPath}} {
+	for _, c := range []struct{ id, outPath, correlation string }{{restID, outRESTPath, "e2e-rest"}, {resp.GetJobId(), outGRPCPath, "e2e-grpc"}} {
 		job := s.waitJob(c.id, 60*time.Second)
 		if job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
 			t.Fatalf("job %s ended %s: %s", c.id, job.GetStatus(), job.GetReason())
@@ -104,6 +104,12 @@ func TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC(t *testing.T) {
 		}
 		assertTrail(t, events.GetEvents())
 		assertOneTrace(t, s, c.id)
+		// The correlation id went out with each directive and came back with
+		// the worker's callbacks onto the transitions they caused.
+		if n := s.count(`SELECT count(DISTINCT step_id) FROM job_events WHERE job_id = $1 AND to_status = 'SUCCEEDED'
+			AND step_id IN ('ocr', 'embedding', 'sis') AND data->>'correlation_id' = $2`, c.id, c.correlation); n != 3 {
+			t.Fatalf("%d of 3 steps' RESULT transitions carry correlation id %s", n, c.correlation)
+		}
 	}
 	assertMetrics(t, s)
 }

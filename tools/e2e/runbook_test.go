@@ -34,11 +34,11 @@ init:
     poll_timeout_sec: 3600
 phases:
   - name: notify
-    offset_minutes: 0
+    offset_minutes: 2
     steps:
       - {name: send-notice, worker_id: demo, function: send_email, params: {to: "{{ email }}", outcome: "{{ notice_outcome }}"}, on_failure: apologize}
   - name: migrate
-    offset_minutes: 3
+    offset_minutes: -1
     steps:
       - name: start-move
         worker_id: demo
@@ -50,7 +50,7 @@ phases:
         on_failure: undo-move
       - {name: verify, worker_id: demo, function: verify_move, params: {mailbox: "{{ email }}"}}
   - name: cleanup
-    offset_minutes: 10
+    offset_minutes: -8
     steps:
       - {name: close-out, worker_id: demo, function: close_out, params: {mailbox: "{{ email }}"}}
 rollbacks:
@@ -104,7 +104,7 @@ func TestRunbookRunsABatchOnCompressedTime(t *testing.T) {
 	if _, err := runbooks.ApplyRunbook(s.ctx, &luciusv1.ApplyRunbookRequest{Source: e2eRunbook}); err != nil {
 		t.Fatal(err)
 	}
-	start := clock().Add(time.Minute).Truncate(time.Second) // the batch starts in two real seconds
+	start := clock().Add(3 * time.Minute).Truncate(time.Second) // the batch starts in six real seconds
 	member := func(i int) *luciusv1.RunbookMember {
 		notice, move := "succeed", "succeed"
 		switch i {
@@ -144,6 +144,16 @@ func TestRunbookRunsABatchOnCompressedTime(t *testing.T) {
 	}
 	wait("the batch to become active", `SELECT count(*) FROM batches WHERE status = 'active'`)
 	wait("the first phase to be dispatched", `SELECT count(*) FROM phase_executions WHERE phase_name = 'notify' AND status <> 'pending'`)
+	// Offsets count minutes before the start (seed 003): notify (2) was due,
+	// and went out, before the batch started; migrate (-1) is due after it.
+	if n := s.count(`SELECT count(*) FROM phase_executions p JOIN batches b ON b.id = p.batch_id
+		WHERE p.phase_name = 'notify' AND p.due_at = b.batch_start_time - interval '2 minutes' AND p.dispatched_at < b.batch_start_time`); n != 1 {
+		t.Fatal("notify was not due and dispatched two minutes before the batch start")
+	}
+	if n := s.count(`SELECT count(*) FROM phase_executions p JOIN batches b ON b.id = p.batch_id
+		WHERE p.phase_name = 'migrate' AND p.due_at = b.batch_start_time + interval '1 minute'`); n != 1 {
+		t.Fatal("migrate is not due a minute after the batch start")
+	}
 
 	// A member joins after the first phase: it catches up on notify only.
 	latecomer := member(50)

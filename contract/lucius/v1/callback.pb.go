@@ -214,6 +214,10 @@ type AckRequest struct {
 	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
 	// recorded as a CALLBACK_REFUSED event of the job.
 	CallbackToken string `protobuf:"bytes,7,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	// The directive's correlation_id, echoed: it travels from the command
+	// through the directive and the callbacks into the orchestrator's logs,
+	// spans and callback events (seed 004 section 12).
+	CorrelationId string `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +301,13 @@ func (x *AckRequest) GetCallbackToken() string {
 	return ""
 }
 
+func (x *AckRequest) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
 // AckResponse reports what the Ack did.
 type AckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -374,6 +385,10 @@ type ResultRequest struct {
 	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
 	// recorded as a CALLBACK_REFUSED event of the job.
 	CallbackToken string `protobuf:"bytes,13,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	// The directive's correlation_id, echoed: it travels from the command
+	// through the directive and the callbacks into the orchestrator's logs,
+	// spans and callback events (seed 004 section 12).
+	CorrelationId string `protobuf:"bytes,14,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -499,6 +514,13 @@ func (x *ResultRequest) GetCallbackToken() string {
 	return ""
 }
 
+func (x *ResultRequest) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
 // HeartbeatRequest keeps one attempt's lease alive.
 type HeartbeatRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -514,6 +536,10 @@ type HeartbeatRequest struct {
 	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
 	// recorded as a CALLBACK_REFUSED event of the job.
 	CallbackToken string `protobuf:"bytes,7,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	// The directive's correlation_id, echoed: it travels from the command
+	// through the directive and the callbacks into the orchestrator's logs,
+	// spans and callback events (seed 004 section 12).
+	CorrelationId string `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -593,6 +619,13 @@ func (x *HeartbeatRequest) GetWorkerId() string {
 func (x *HeartbeatRequest) GetCallbackToken() string {
 	if x != nil {
 		return x.CallbackToken
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
 	}
 	return ""
 }
@@ -733,7 +766,7 @@ var File_lucius_v1_callback_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc3\x02\n" +
+	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xf4\x02\n" +
 	"\n" +
 	"AckRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
@@ -744,11 +777,12 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x12=\n" +
 	"\back_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\aackTime\x12%\n" +
 	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
-	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\"{\n" +
+	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"{\n" +
 	"\vAckResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
-	"stepStatus\"\xac\x06\n" +
+	"stepStatus\"\xdd\x06\n" +
 	"\rResultRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
 	"\astep_id\x18\x02 \x01(\tB\n" +
@@ -768,8 +802,9 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\vfinish_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\n" +
 	"finishTime\x12%\n" +
 	"\tworker_id\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
-	"\x0ecallback_token\x18\r \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken:\x89\x01\xbaH\x85\x01\x1a\x82\x01\n" +
-	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\xbf\x02\n" +
+	"\x0ecallback_token\x18\r \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
+	"\x0ecorrelation_id\x18\x0e \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId:\x89\x01\xbaH\x85\x01\x1a\x82\x01\n" +
+	"\x14result.failure_class\x12=failure_class is required when status is RESULT_STATUS_FAILED\x1a+this.status != 2 || this.failure_class != 0\"\xf0\x02\n" +
 	"\x10HeartbeatRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
 	"\astep_id\x18\x02 \x01(\tB\n" +
@@ -779,7 +814,8 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x123\n" +
 	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\x12%\n" +
 	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
-	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\"\xf0\x01\n" +
+	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\xf0\x01\n" +
 	"\x11HeartbeatResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +

@@ -463,11 +463,13 @@ func (x *Runbook) GetActivatedBy() string {
 	return ""
 }
 
-// RunbookPhase is a group of steps due at the batch start time plus an offset.
+// RunbookPhase is a group of steps due an offset before the batch start time.
 type RunbookPhase struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Minutes after the batch start time (negative: before it).
+	// Minutes BEFORE the batch start time, as in seed 003 (7200: five days
+	// before; negative: after the start). The phase is due at
+	// batch_start_time - offset_minutes.
 	OffsetMinutes int32          `protobuf:"varint,2,opt,name=offset_minutes,json=offsetMinutes,proto3" json:"offset_minutes,omitempty"`
 	Steps         []*RunbookStep `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields

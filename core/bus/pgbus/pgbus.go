@@ -44,6 +44,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/loop"
@@ -76,6 +80,16 @@ type Config struct {
 	PurgeInterval time.Duration
 	// Logger receives listener reconnects and claim errors. Default slog.Default().
 	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive the bus's metrics (Metric*
+	// names) and its send and receive spans. Default: the OpenTelemetry
+	// globals.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Propagator writes trace context into the application properties of
+	// messages sent and reads it from those received. Default: the
+	// OpenTelemetry global (W3C trace context and baggage once package
+	// telemetry has set up the process).
+	Propagator propagation.TextMapPropagator
 }
 
 // Defaults for Config.
@@ -109,6 +123,15 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = otel.GetTextMapPropagator()
+	}
 	return c
 }
 
@@ -123,6 +146,7 @@ type Bus struct {
 	listener  *listener
 	notifier  *notifier
 	completer *completer
+	tel       *instruments
 
 	claims atomic.Int64 // claim statements run, for tests
 	polls  atomic.Int64 // poll statements run, for tests
@@ -137,7 +161,14 @@ type Bus struct {
 	wg        sync.WaitGroup
 }
 
-var _ bus.Bus = (*Bus)(nil)
+var (
+	_ bus.Bus         = (*Bus)(nil)
+	_ bus.TxPublisher = (*Bus)(nil)
+)
+
+// TxPublisher returns b: the PostgreSQL bus publishes inside transactions on
+// its database (SendInTx).
+func (b *Bus) TxPublisher() bus.TxPublisher { return b }
 
 // New starts a Bus on pool, which the caller keeps owning. It opens one more
 // connection, outside the pool, to listen for notifications.
@@ -164,7 +195,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Bus, error) {
 	b.listener = newListener(b.id, connCfg, b.log, b.dispatch, b.wakeAll)
 	b.notifier = newNotifier(pool, b.id, b.log)
 	b.completer = newCompleter(pool)
+	tel, err := newInstruments(b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.tel = tel
 	if err := b.listener.connect(ctx); err != nil {
+		tel.depth.Unregister() //nolint:errcheck
 		return nil, fmt.Errorf("pgbus: %w", err)
 	}
 	bg, stop := context.WithCancel(context.Background())
@@ -182,6 +219,9 @@ func (b *Bus) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		close(b.done)
 		b.stop()
+		if err := b.tel.depth.Unregister(); err != nil {
+			b.log.WarnContext(ctx, "unregister queue depth metrics", "error", err)
+		}
 	})
 	finished := make(chan struct{})
 	go func() { b.wg.Wait(); close(finished) }()

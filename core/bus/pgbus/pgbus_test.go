@@ -466,8 +466,19 @@ func TestSendInTxSendsWithTheTransaction(t *testing.T) {
 	if err := b.EnsureQueue(ctx, "q", bus.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if b.Pool() != pool {
-		t.Fatal("Pool is not the bus's pool")
+	if !b.InDatabase(pool) {
+		t.Fatal("the bus is not in its own pool's database")
+	}
+	if b.InDatabase(newPool(t)) {
+		t.Fatal("the bus is in another database")
+	}
+	other, err := pgxpool.New(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if !b.InDatabase(other) {
+		t.Fatal("the bus is not in the database of another pool on it")
 	}
 	r := mustReceiver(t, b, bus.QueueSource("q"))
 	inTx := func(id string, commit bool) func() {

@@ -112,7 +112,8 @@ SELECT EXISTS (SELECT 1 FROM e), ARRAY(SELECT DISTINCT path FROM ins)`
 	// the maximum are dead-lettered; neither applies in a dead-letter queue
 	// ($4). The rest get a fresh lock token and count one more delivery.
 	//
-	// One row always comes back: the number of rows dead-lettered; whether
+	// One row always comes back: the numbers of rows dead-lettered for their
+	// TTL and for their delivery count, and of expired rows dropped; whether
 	// more than $3 rows were available (as seen before this claim, so rows
 	// other claimers hold count too); the microseconds until the earliest row
 	// of the path becomes available, the rows this claim locks at their new
@@ -139,6 +140,7 @@ WITH o AS (
 ), dropped AS (
     DELETE FROM bus_messages m USING v
      WHERE m.seq = v.seq AND v.verdict = 'drop'
+    RETURNING m.seq
 ), dead AS (
     UPDATE bus_messages m
        SET path = $5, available_at = now(), lock_token = NULL,
@@ -149,7 +151,7 @@ WITH o AS (
                ELSE 'Message could not be consumed after ' || v.max_delivery_count || ' delivery attempts.' END
       FROM v
      WHERE m.seq = v.seq AND v.verdict IN ('ttl', 'max')
-    RETURNING m.seq
+    RETURNING m.seq, v.verdict
 ), locked AS (
     UPDATE bus_messages m
        SET available_at = now() + v.lock_duration,
@@ -159,7 +161,9 @@ WITH o AS (
      WHERE m.seq = v.seq AND v.verdict = 'lock'
     RETURNING m.*
 )
-SELECT (SELECT count(*) FROM dead),
+SELECT (SELECT count(*) FROM dead WHERE verdict = 'ttl'),
+       (SELECT count(*) FROM dead WHERE verdict = 'max'),
+       (SELECT count(*) FROM dropped),
        (SELECT count(*) FROM (SELECT FROM bus_messages WHERE path = $1 AND available_at <= now()
                                LIMIT $3 + 1) AS a) > $3,
        (extract(epoch FROM (SELECT min(t) FROM (
@@ -235,6 +239,23 @@ RETURNING m.available_at`
 	qNotify = `
 SELECT pg_notify(channel, $2)
   FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS channel`
+
+	// qDepth counts the messages of every queue, subscription and their
+	// dead-letter queues, active (enqueued, locked or not) and scheduled, and
+	// the age in seconds of the oldest active one.
+	qDepth = `
+WITH paths AS (
+    SELECT path FROM bus_receivables
+    UNION ALL
+    SELECT path || '/$deadletterqueue' FROM bus_receivables
+)
+SELECT p.path,
+       count(m.seq) FILTER (WHERE m.enqueued_at <= now()),
+       count(m.seq) FILTER (WHERE m.enqueued_at > now()),
+       coalesce(extract(epoch FROM now() - min(m.enqueued_at) FILTER (WHERE m.enqueued_at <= now())), 0)::float8
+  FROM paths p
+  LEFT JOIN bus_messages m ON m.path = p.path
+ GROUP BY p.path`
 
 	qPurgeDuplicates = `
 WITH d AS (

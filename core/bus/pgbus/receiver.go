@@ -137,7 +137,9 @@ func (r *receiver) wait(ctx context.Context, d time.Duration) waitEnd {
 // claimedRow is one row of qClaim; the message columns are NULL when the
 // claim took nothing.
 type claimedRow struct {
-	deadLettered  int64
+	ttlExpired    int64 // dead-lettered for their TTL
+	maxDelivered  int64 // dead-lettered for their delivery count
+	dropped       int64 // expired and dropped
 	more          bool
 	nextInUS      *int64
 	seq           *int64
@@ -188,6 +190,7 @@ func (c *claimedRow) received() *bus.Received {
 // when the path is empty.
 func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Received, more bool, wait time.Duration, err error) {
 	r.b.claims.Add(1)
+	start := time.Now()
 	rows, err := r.b.pool.Query(ctx, qClaim, r.path, r.owner, maxMessages, r.isDLQ, r.deadQueue)
 	if err != nil {
 		return nil, false, 0, fmt.Errorf("claim %s: %w", r.path, err)
@@ -195,7 +198,7 @@ func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Rece
 	var c claimedRow
 	for rows.Next() {
 		c = claimedRow{}
-		err = rows.Scan(&c.deadLettered, &c.more, &c.nextInUS, &c.seq, &c.id, &c.body, &c.contentType,
+		err = rows.Scan(&c.ttlExpired, &c.maxDelivered, &c.dropped, &c.more, &c.nextInUS, &c.seq, &c.id, &c.body, &c.contentType,
 			&c.properties, &c.key, &c.correlationID, &c.subject, &c.deliveryCount, &c.enqueuedAt,
 			&c.lockedUntil, &c.lockToken, &c.expiresAt, &c.dlReason, &c.dlDescription)
 		if err != nil {
@@ -209,8 +212,17 @@ func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Rece
 	if err = rows.Err(); err != nil {
 		return nil, false, 0, fmt.Errorf("claim %s: %w", r.path, err)
 	}
-	if c.deadLettered > 0 {
+	if c.ttlExpired+c.maxDelivered > 0 {
 		r.b.announce([]string{r.deadQueue})
+	}
+	tel := r.b.tel
+	tel.deadLetteredN(ctx, r.path, bus.ReasonTTLExpired, c.ttlExpired)
+	tel.deadLetteredN(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, c.maxDelivered)
+	if c.dropped > 0 {
+		tel.expired.Add(ctx, c.dropped, entityAttr(r.path))
+	}
+	if len(msgs) > 0 {
+		tel.receivedFrom(ctx, r.path, start, msgs)
 	}
 	wait = untilWoken
 	if c.nextInUS != nil {
@@ -237,25 +249,38 @@ func (r *receiver) lockOf(op string, m *bus.Received) error {
 // Complete removes the message. Concurrent completions share statements.
 func (r *receiver) Complete(ctx context.Context, m *bus.Received) error {
 	if err := r.lockOf("complete", m); err != nil {
+		r.b.tel.lockLost(ctx, r.path, "complete", err)
 		return err
 	}
-	return r.b.completer.complete(ctx, r.b.done, m.SequenceNumber, m.LockToken, r.path)
+	err := r.b.completer.complete(ctx, r.b.done, m.SequenceNumber, m.LockToken, r.path)
+	if err != nil {
+		r.b.tel.lockLost(ctx, r.path, "complete", err)
+		return err
+	}
+	r.b.tel.settledOK(ctx, r.path, "complete")
+	return nil
 }
 
 // Abandon releases the lock so the message is delivered again at once, or
 // dead-letters it if it has used up its deliveries.
 func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
 	if err := r.lockOf("abandon", m); err != nil {
+		r.b.tel.lockLost(ctx, r.path, "abandon", err)
 		return err
 	}
 	var path string
 	err := r.b.pool.QueryRow(ctx, qAbandon, m.SequenceNumber, m.LockToken, r.path,
 		r.deadQueue, r.isDLQ, r.owner).Scan(&path)
 	if errors.Is(err, pgx.ErrNoRows) {
+		r.b.tel.lockLost(ctx, r.path, "abandon", bus.ErrLockLost)
 		return fmt.Errorf("abandon %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
 	if err != nil {
 		return fmt.Errorf("abandon %s seq %d: %w", r.path, m.SequenceNumber, err)
+	}
+	r.b.tel.settledOK(ctx, r.path, "abandon")
+	if path == r.deadQueue && !r.isDLQ { // it had used up its deliveries
+		r.b.tel.deadLetteredN(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, 1)
 	}
 	r.b.announce([]string{path})
 	return nil
@@ -265,6 +290,7 @@ func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
 // description. Messages of a dead-letter queue cannot be dead-lettered again.
 func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, description string) error {
 	if err := r.lockOf("dead-letter", m); err != nil {
+		r.b.tel.lockLost(ctx, r.path, "deadletter", err)
 		return err
 	}
 	if r.isDLQ {
@@ -276,8 +302,11 @@ func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, desc
 		return fmt.Errorf("dead-letter %s seq %d: %w", r.path, m.SequenceNumber, err)
 	}
 	if tag.RowsAffected() == 0 {
+		r.b.tel.lockLost(ctx, r.path, "deadletter", bus.ErrLockLost)
 		return fmt.Errorf("dead-letter %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
+	r.b.tel.settledOK(ctx, r.path, "deadletter")
+	r.b.tel.deadLetteredN(ctx, r.path, reasonApplication, 1)
 	r.b.announce([]string{r.deadQueue})
 	return nil
 }
@@ -286,16 +315,19 @@ func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, desc
 // updates m.LockedUntil.
 func (r *receiver) RenewLock(ctx context.Context, m *bus.Received) (time.Time, error) {
 	if err := r.lockOf("renew lock", m); err != nil {
+		r.b.tel.lockLost(ctx, r.path, "renew", err)
 		return time.Time{}, err
 	}
 	var until time.Time
 	err := r.b.pool.QueryRow(ctx, qRenewLock, m.SequenceNumber, m.LockToken, r.path, r.owner).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
+		r.b.tel.lockLost(ctx, r.path, "renew", bus.ErrLockLost)
 		return time.Time{}, fmt.Errorf("renew lock %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("renew lock %s seq %d: %w", r.path, m.SequenceNumber, err)
 	}
+	r.b.tel.renewals.Add(ctx, 1, entityAttr(r.path))
 	m.LockedUntil = until
 	return until, nil
 }

@@ -27,31 +27,51 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 	if s.isClosed() {
 		return fmt.Errorf("send to %s: %w", s.entity, bus.ErrClosed)
 	}
+	ctx, span, msgs := s.b.tel.startSend(ctx, s.entity, msgs)
 	paths, err := send(ctx, s.b.pool, s.entity, msgs)
+	endSpan(span, err)
 	if err != nil {
 		return err
 	}
+	s.b.tel.sent.Add(ctx, int64(len(msgs)), entityAttr(s.entity))
 	s.b.announce(paths)
 	return nil
 }
 
 // SendInTx publishes msgs to entity with tx, a transaction on the Bus's
-// database (see Pool): they become visible when tx commits, and are gone if
-// it rolls back. After the commit, call announce to wake their receivers.
+// database (see InDatabase): they become visible when tx commits, and are
+// gone if it rolls back. After the commit, call announce to wake their
+// receivers (and count them in MetricSent). It implements bus.TxPublisher.
 func (b *Bus) SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...bus.Message) (announce func(), err error) {
 	if b.closed() {
 		return nil, fmt.Errorf("send to %s: %w", entity, bus.ErrClosed)
 	}
+	ctx, span, msgs := b.tel.startSend(ctx, entity, msgs)
 	paths, err := send(ctx, tx, entity, msgs)
+	endSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
-	return func() { b.announce(paths) }, nil
+	n := int64(len(msgs))
+	return func() {
+		b.tel.sent.Add(context.WithoutCancel(ctx), n, entityAttr(entity))
+		b.announce(paths)
+	}, nil
 }
 
-// Pool is the pool the Bus works on, for SendInTx's callers to check that
-// their transaction is on the same database.
-func (b *Bus) Pool() *pgxpool.Pool { return b.pool }
+// InDatabase reports whether pool connects to the Bus's database (the same
+// host, port and database as the Bus's pool), so that SendInTx accepts
+// transactions begun on it. It implements bus.TxPublisher.
+func (b *Bus) InDatabase(pool *pgxpool.Pool) bool {
+	if pool == nil {
+		return false
+	}
+	if pool == b.pool {
+		return true
+	}
+	mine, theirs := b.pool.Config().ConnConfig, pool.Config().ConnConfig
+	return mine.Host == theirs.Host && mine.Port == theirs.Port && mine.Database == theirs.Database
+}
 
 // send runs qSend on q and returns the paths that got messages.
 func send(ctx context.Context, q interface {

@@ -118,7 +118,8 @@ func (r *Runner) heartbeatLoop(ctx context.Context, d *luciusv1.Directive, task 
 			func(ctx context.Context) error {
 				// Rebuilt per call, so a retry carries the latest progress.
 				req := &luciusv1.HeartbeatRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo),
-					LeaseId: key.LeaseID, Progress: task.progressStruct(), WorkerId: r.cfg.WorkerID, CallbackToken: *token.Load()}
+					LeaseId: key.LeaseID, Progress: task.progressStruct(), WorkerId: r.cfg.WorkerID, CallbackToken: *token.Load(),
+					CorrelationId: d.GetCorrelationId()}
 				var err error
 				resp, err = client.Heartbeat(ctx, req)
 				return err

@@ -20,8 +20,8 @@ import (
 var migrationFiles embed.FS
 
 // Migrations create the worker's tables (worker_executions, worker_effects).
-// Apply them with package migrate, next to pgbus.Migrations when the bus
-// shares the database.
+// Apply them with package migrate, next to the bus's
+// (busconfig.Config.Migrations) when the bus shares the database.
 var Migrations = migrate.Set{Component: "worker", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(fsys fs.FS, dir string) fs.FS {

@@ -406,7 +406,7 @@ func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, kee
 		return true
 	}
 	req := &luciusv1.AckRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo), LeaseId: key.LeaseID,
-		AckTime: timestamppb.New(pickedUp), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken()}
+		AckTime: timestamppb.New(pickedUp), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken(), CorrelationId: d.GetCorrelationId()}
 	var outcome luciusv1.CallbackOutcome
 	verdict, err := callRetrying(ctx, r.cfg.Backoff, r.cfg.CallTimeout, time.Now().Add(r.cfg.AckRetryTimeout),
 		func(n int, err error, wait time.Duration) {
@@ -578,7 +578,8 @@ func (r *Runner) safeExecute(ctx context.Context, task *Task, log *slog.Logger) 
 
 func (r *Runner) newResult(d *luciusv1.Directive, started time.Time) *luciusv1.ResultRequest {
 	return &luciusv1.ResultRequest{JobId: d.GetJobId(), StepId: d.GetStepId(), AttemptNo: d.GetAttemptNo(),
-		LeaseId: d.GetLeaseId(), StartTime: timestamppb.New(started), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken()}
+		LeaseId: d.GetLeaseId(), StartTime: timestamppb.New(started), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken(),
+		CorrelationId: d.GetCorrelationId()}
 }
 
 // deliverResult sends RESULT until the orchestrator answers, then completes

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
@@ -34,7 +35,6 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		CallbackGRPCTarget: e.String("LUCIUS_CALLBACK_GRPC_TARGET", ""),
 		CallbackRESTURL:    e.String("LUCIUS_CALLBACK_REST_URL", ""),
 		JobConcurrency:     e.Int("LUCIUS_JOB_CONCURRENCY", 8),
-		BusPollInterval:    e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
 		Ownership: orchestrator.OwnershipConfig{
 			HeartbeatInterval: e.Duration("LUCIUS_HEARTBEAT_INTERVAL", 0),
 			OrphanThreshold:   e.Duration("LUCIUS_ORPHAN_THRESHOLD", 0),
@@ -42,6 +42,9 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 		},
 	}
 	var err error
+	if cfg.Bus, err = busconfig.ConfigFromEnv(e); err != nil {
+		return cfg, err
+	}
 	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
 		return cfg, err
 	}

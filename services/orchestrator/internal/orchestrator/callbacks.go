@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -76,7 +77,7 @@ func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*l
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
-	s.record(ctx, "ACK", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	s.record(ctx, "ACK", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus), req.GetCorrelationId())
 	return &luciusv1.AckResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus)}, nil
 }
 
@@ -89,7 +90,7 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
-	s.record(ctx, "RESULT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	s.record(ctx, "RESULT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus), req.GetCorrelationId())
 	return &luciusv1.ResultResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus),
 		JobStatus: luciusv1.JobStatus(luciusv1.JobStatus_value["JOB_STATUS_"+string(res.JobStatus)])}, nil
 }
@@ -103,7 +104,7 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
-	s.record(ctx, "HEARTBEAT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus))
+	s.record(ctx, "HEARTBEAT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus), req.GetCorrelationId())
 	resp := &luciusv1.HeartbeatResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus), CallbackToken: res.CallbackToken}
 	if !res.LeaseExpiresAt.IsZero() {
 		resp.LeaseExpireTime = timestamppb.New(res.LeaseExpiresAt)
@@ -111,7 +112,10 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	return resp, nil
 }
 
-func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32, status string) {
+// record counts and logs an answered callback, with the correlation id the
+// worker echoed from its directive (also set on the call's span).
+func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32,
+	status, correlationID string) {
 	name := outcome.String()[len("CALLBACK_OUTCOME_"):]
 	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", name)))
 	level := slog.LevelInfo
@@ -121,8 +125,12 @@ func (s *callbackService) record(ctx context.Context, kind string, outcome luciu
 	if outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		level = slog.LevelWarn
 	}
+	if correlationID != "" {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("lucius.correlation_id", correlationID))
+	}
 	s.log.Log(ctx, level, "callback "+kind, telemetry.JobID(jobID), telemetry.StepID(stepID),
-		telemetry.AttemptNo(int(attempt)), slog.String(telemetry.KeyOutcome, name), "step_status", status)
+		telemetry.AttemptNo(int(attempt)), slog.String(telemetry.KeyOutcome, name), "step_status", status,
+		"correlation_id", correlationID)
 }
 
 // callbackError maps engine errors to API statuses, in one place.

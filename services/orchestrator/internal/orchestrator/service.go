@@ -16,11 +16,12 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/bus"
-	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
@@ -40,6 +41,9 @@ type Config struct {
 	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
 	// workflow's defaults); every process should have the same.
 	WorkflowLimits workflow.Limits
+	// Bus selects and tunes the transport (default: the PostgreSQL bus in
+	// the database).
+	Bus busconfig.Config
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
 	// WorkspaceRoot is the URL job workspaces live under. Required.
@@ -53,16 +57,15 @@ type Config struct {
 	CallbackGRPCTarget string
 	CallbackRESTURL    string
 	// JobConcurrency bounds orchestrator-jobs messages handled at once (default 8).
-	JobConcurrency  int
-	Ownership       OwnershipConfig
-	BusPollInterval time.Duration // default: pgbus's
+	JobConcurrency int
+	Ownership      OwnershipConfig
 	// Now is the runbook executor's clock (default time.Now; tests compress time).
 	Now func() time.Time
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate()}
 	if c.OwnerID == "" {
 		errs = append(errs, errors.New("orchestrator: OwnerID is required"))
 	}
@@ -90,8 +93,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations,
-		runbook.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
+		append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, cfg.Bus.Migrations()...)...)
 	if err != nil {
 		return err
 	}
@@ -108,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: cfg.BusPollInterval})
+	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
 	if err != nil {
 		return err
 	}

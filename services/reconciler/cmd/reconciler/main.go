@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
@@ -55,6 +56,9 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
 	var err error
 	if cfg.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
+		return cfg, err
+	}
+	if cfg.Bus, err = busconfig.ConfigFromEnv(e); err != nil {
 		return cfg, err
 	}
 	cfg.Topology, err = topology.ConfigFromEnv(e)

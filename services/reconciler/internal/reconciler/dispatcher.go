@@ -29,8 +29,9 @@ type DispatcherConfig struct {
 	BatchSize int
 	// Lease hides claimed rows from other dispatchers while this one publishes
 	// to a bus outside the ledger's database (default 5s). A dispatcher that
-	// dies mid-publish delays its batch by this. The PostgreSQL bus on the
-	// ledger's pool is published to in the transaction that holds the rows.
+	// dies mid-publish delays its batch by this. A bus in the ledger's
+	// database (bus.TxPublisher: the PostgreSQL bus) is published to in the
+	// transaction that holds the rows.
 	Lease time.Duration
 	// PollInterval is the fallback when no notification arrives (default 1s).
 	PollInterval time.Duration
@@ -58,12 +59,15 @@ func (c *DispatcherConfig) defaults() {
 // dispatcher publishes outbox rows to the bus and marks them sent. Several may
 // run at once: claims skip each other's rows. Publishing twice (a crash between
 // publish and mark) is harmless: message ids are stable and the bus drops the
-// duplicate. A bus in the ledger's database (the PostgreSQL bus) is written in
-// the transaction that marks the rows sent: one commit, no duplicates.
+// duplicate. A bus that can publish in the ledger's transactions
+// (bus.TxPublisher, in the ledger's database: the PostgreSQL bus) is written
+// in the transaction that marks the rows sent: one commit, no duplicates. Any
+// other bus (Azure Service Bus) is published to after the claim's commit, and
+// the rows are marked sent after the publish.
 type dispatcher struct {
 	store *ledger.Store
 	bus   bus.Bus
-	inTx  txSender // bus, when it can send in a ledger transaction
+	inTx  bus.TxPublisher // bus, when it can send in a ledger transaction
 	pool  *pgxpool.Pool
 	cfg   DispatcherConfig
 	log   *slog.Logger
@@ -94,8 +98,8 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 	}
 	d := &dispatcher{store: store, bus: b, pool: pool, cfg: cfg, log: log, senders: map[string]bus.Sender{},
 		published: published, failures: failures, lag: lag}
-	if ts, ok := b.(txSender); ok && ts.Pool() == pool {
-		d.inTx = ts
+	if tp := b.TxPublisher(); tp != nil && tp.InDatabase(pool) {
+		d.inTx = tp
 	}
 	_, err = meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."),
 		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
@@ -132,12 +136,6 @@ func (d *dispatcher) run(ctx context.Context, wake <-chan struct{}) {
 		}
 		timer.Reset(d.cfg.PollInterval)
 	}
-}
-
-// txSender is a bus that can send in a transaction on its database (pgbus).
-type txSender interface {
-	SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...bus.Message) (announce func(), err error)
-	Pool() *pgxpool.Pool
 }
 
 // round publishes one batch and returns the number of rows it claimed.

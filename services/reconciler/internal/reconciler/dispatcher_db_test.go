@@ -16,9 +16,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, pgbus.Migrations) }
 
-// onlySend hides pgbus's SendInTx: the dispatcher must take the leased path,
-// as it does for a bus in another database (Azure Service Bus).
+// onlySend hides pgbus's bus.TxPublisher: the dispatcher must take the
+// leased path, as it does for a bus without it (Azure Service Bus).
 type onlySend struct{ bus.Bus }
+
+func (onlySend) TxPublisher() bus.TxPublisher { return nil }
 
 // A round publishes every row whose destination exists and marks it sent; a
 // row for a missing destination is released with its error and waits. With
@@ -27,14 +29,16 @@ type onlySend struct{ bus.Bus }
 // failing destination; with any other bus it leases, sends, then marks.
 func TestDispatchRoundPublishesAndReleasesFailures(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		inTx   bool
-		broken bool // one row's destination does not exist
+		name      string
+		inTx      bool
+		otherPool bool // the bus works on a pool of its own on the ledger's database
+		broken    bool // one row's destination does not exist
 	}{
-		{"in the marking transaction", true, false},
-		{"in the marking transaction, one destination missing", true, true},
-		{"leased", false, false},
-		{"leased, one destination missing", false, true},
+		{"in the marking transaction", true, false, false},
+		{"in the marking transaction, one destination missing", true, false, true},
+		{"in the marking transaction, bus on its own pool", true, true, false},
+		{"leased", false, false, false},
+		{"leased, one destination missing", false, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -46,7 +50,14 @@ func TestDispatchRoundPublishesAndReleasesFailures(t *testing.T) {
 			log := slog.New(slog.DiscardHandler)
 			store := ledger.New(pool, log)
 			t.Cleanup(store.Close)
-			pb, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
+			busPool := pool
+			if tt.otherPool {
+				if busPool, err = pgxpool.New(ctx, pool.Config().ConnString()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(busPool.Close)
+			}
+			pb, err := pgbus.New(ctx, busPool, pgbus.Config{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

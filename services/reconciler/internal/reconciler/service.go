@@ -18,11 +18,12 @@ import (
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/loop"
 
-	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -34,6 +35,10 @@ type Config struct {
 	// Service: gRPC (health, reflection) on 127.0.0.1:9093, HTTP on
 	// 127.0.0.1:8083, 20 connections by default.
 	process.Service
+	// Bus selects and tunes the transport (default: the PostgreSQL bus in
+	// the database). On a bus in the ledger's database the dispatcher
+	// publishes in the transaction that marks outbox rows sent.
+	Bus busconfig.Config
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology   topology.Config
 	Dispatcher DispatcherConfig
@@ -66,7 +71,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate()}
 	if c.WorkspaceRoot == "" {
 		errs = append(errs, errors.New("reconciler: WorkspaceRoot is required"))
 	}
@@ -94,7 +99,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, pgbus.Migrations, config.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
+		append([]migrate.Set{ledger.Migrations, config.Migrations}, cfg.Bus.Migrations()...)...)
 	if err != nil {
 		return err
 	}
@@ -107,7 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer live.Close()
 	store := ledger.New(pool, log)
 	defer store.Close()
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
+	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -28,6 +29,9 @@ func configure(e *env.Reader) (scheduler.Config, error) {
 		Batch: e.Int("LUCIUS_SCHEDULER_BATCH", 0),
 	}
 	var err error
+	if cfg.Bus, err = busconfig.ConfigFromEnv(e); err != nil {
+		return cfg, err
+	}
 	if cfg.Topology, err = topology.ConfigFromEnv(e); err != nil {
 		return cfg, err
 	}

@@ -50,8 +50,8 @@ func TestBatchDetection(t *testing.T) {
 				[]string{"u01 active true", "u02 active true", "u03 active true"})
 			equal(t, "phases", f.strs(`SELECT phase_name || ' ' || offset_minutes || ' ' || status || ' v' || runbook_version
 				|| ' ' || to_char(due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI') FROM phase_executions WHERE batch_id = 1 ORDER BY due_at`),
-				[]string{"notify -60 pending v1 2025-03-14T23:00", "migrate 0 pending v1 2025-03-15T00:00",
-					"cleanup 1440 pending v1 2025-03-16T00:00"})
+				[]string{"notify 60 pending v1 2025-03-14T23:00", "migrate 0 pending v1 2025-03-15T00:00",
+					"cleanup -1440 pending v1 2025-03-16T00:00"})
 			wantInit := []string(nil)
 			if tt.init {
 				wantInit = []string{`create-endpoint 0 v1 exchange create_endpoint pending {"batch": "1", "starts": "2025-03-15T00:00:00Z"}`}

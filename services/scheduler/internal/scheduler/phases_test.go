@@ -1,6 +1,9 @@
 package scheduler
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +11,7 @@ import (
 	"github.com/lucius-platform/lucius/core/runbook"
 )
 
-// Each phase is due exactly at batch start + offset: a tick a microsecond
+// Each phase is due exactly at batch start − offset: a tick a microsecond
 // before emits nothing, the tick at the time emits phase-due once, later
 // ticks nothing more. Phases of a batch still running its init wait.
 func TestPhasesAreDueExactlyAtTheirOffsets(t *testing.T) {
@@ -138,4 +141,40 @@ func mustGet(f *fixture, name string) *runbook.StoredRunbook {
 		f.t.Fatal(err)
 	}
 	return sr
+}
+
+// The offset's sign is seed 003's: its phase-due example has offsetMinutes
+// 7200 due 2025-03-10T00:00:00Z on a batch starting 2025-03-15T00:00:00Z,
+// five days before. A negative offset falls after the start.
+func TestPhaseOffsetsCountMinutesBeforeTheBatchStart(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2025, 3, 15, 0, 0, 0, 0, time.UTC)
+	seed := readJSON(t, filepath.Join("testdata", "seed", "phase-due.json"))
+	for _, tc := range []struct {
+		name   string
+		offset int
+		want   string
+	}{
+		{"the seed's pre-notification", int(seed["offsetMinutes"].(float64)), seed["dueAt"].(string)},
+		{"at the start", 0, "2025-03-15T00:00:00Z"},
+		{"an hour before", 60, "2025-03-14T23:00:00Z"},
+		{"a day after", -1440, "2025-03-16T00:00:00Z"},
+	} {
+		if got := runbook.FormatTime(dueAt(start, tc.offset)); got != tc.want {
+			t.Errorf("%s: offset %d is due %s, want %s", tc.name, tc.offset, got, tc.want)
+		}
+	}
+}
+
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return out
 }

@@ -198,9 +198,12 @@ func lockActiveVersion(ctx context.Context, q pgx.Tx, id int64) (bool, error) {
 	return true, nil
 }
 
-// dueAt is when a phase of a batch is due: the batch start plus the signed offset.
+// dueAt is when a phase of a batch is due, by seed 003's convention: the
+// offset counts minutes BEFORE the batch start (its example: offsetMinutes
+// 7200 on a batch starting 2025-03-15T00:00:00Z is due 2025-03-10T00:00:00Z);
+// a negative offset falls after the start.
 func dueAt(start time.Time, offsetMinutes int) time.Time {
-	return start.Add(time.Duration(offsetMinutes) * time.Minute)
+	return start.Add(-time.Duration(offsetMinutes) * time.Minute)
 }
 
 // runbookAttrs are the log attributes naming a version.

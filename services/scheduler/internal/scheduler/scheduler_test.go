@@ -141,10 +141,11 @@ type spec struct {
 }
 
 // threePhases: notify an hour before the start, migrate at the start (a poll
-// step with a rollback, then a plain step), clean up a day after.
+// step with a rollback, then a plain step), clean up a day after. Offsets
+// count minutes before the start (seed 003), so "a day after" is -1440.
 const threePhases = `phases:
   - name: notify
-    offset_minutes: -60
+    offset_minutes: 60
     steps:
       - {name: send-notice, worker_id: mailer, function: send_email, params: {to: "{{ email }}", when: "{{ _batch_start_time }}"}}
   - name: migrate
@@ -160,7 +161,7 @@ const threePhases = `phases:
         on_failure: undo
       - {name: finish-move, worker_id: exchange, function: finish_move, params: {mailbox: "{{ _member_key }}"}}
   - name: cleanup
-    offset_minutes: 1440
+    offset_minutes: -1440
     steps:
       - {name: archive, worker_id: exchange, function: archive, params: {mailbox: "{{ email }}"}}
 rollbacks:

@@ -42,11 +42,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/topology"
@@ -56,6 +57,9 @@ import (
 type Config struct {
 	// Service: gRPC on 127.0.0.1:9094, HTTP on 127.0.0.1:8084, 10 connections by default.
 	process.Service
+	// Bus selects and tunes the transport (default: the PostgreSQL bus in
+	// the database).
+	Bus busconfig.Config
 	// Topology is the bus layout and entity options every process declares alike.
 	Topology topology.Config
 	// Tick is the time between rounds (default 1s).
@@ -72,7 +76,7 @@ type Config struct {
 
 // Validate reports missing or invalid settings.
 func (c *Config) Validate() error {
-	return errors.Join(c.Service.Validate(), c.validateScheduling())
+	return errors.Join(c.Service.Validate(), c.Bus.Validate(), c.validateScheduling())
 }
 
 func (c *Config) validateScheduling() error {
@@ -113,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger
 	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		ledger.Migrations, pgbus.Migrations, config.Migrations, runbook.Migrations)
+		append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, cfg.Bus.Migrations()...)...)
 	if err != nil {
 		return err
 	}
@@ -124,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer live.Close()
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log})
+	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
 	if err != nil {
 		return err
 	}

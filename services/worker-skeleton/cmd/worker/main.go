@@ -1,10 +1,13 @@
 // Command worker runs example platform services (OCR, EMBEDDING, SIS, RASTER,
 // TILES) on the worker skeleton: it receives each service's directives from
-// the PostgreSQL bus, ACKs, executes, writes workspace artifacts and sends
-// RESULT. LUCIUS_WORKER_SERVICE names one service or a comma-separated list;
-// every service gets its own Runner, and they share the process's database
-// pool, bus, idempotency store and HTTP endpoints. Configuration comes from
-// the environment; see README.md.
+// the bus, ACKs, executes, writes workspace artifacts and sends RESULT.
+// LUCIUS_WORKER_SERVICE names one service or a comma-separated list; every
+// service gets its own Runner, and they share the process's database pool,
+// bus, idempotency store and HTTP endpoints. The database holds the
+// idempotency store, and the bus too when it is the PostgreSQL bus
+// (LUCIUS_BUS=postgres, the default); with LUCIUS_BUS=servicebus the bus is
+// Azure Service Bus (package busconfig opens either). Configuration comes
+// from the environment; see README.md.
 package main
 
 import (
@@ -21,11 +24,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/database"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/core/migrate"
 	"github.com/lucius-platform/lucius/core/process"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
@@ -63,14 +70,15 @@ func main() {
 type settings struct {
 	// services are the platform services to run, one Runner each, in the
 	// order LUCIUS_WORKER_SERVICE lists them.
-	services     []string
-	databaseURL  string
-	httpAddr     string
-	maxConns     int
-	pollInterval time.Duration
-	retention    time.Duration
-	limits       server.Limits // the HTTP listener's timeouts and header cap
-	telemetry    telemetry.Config
+	services    []string
+	databaseURL string // the idempotency store's database (and the PostgreSQL bus's)
+	httpAddr    string
+	maxConns    int
+	// bus selects the transport: the PostgreSQL bus in the database, or Azure Service Bus.
+	bus       busconfig.Config
+	retention time.Duration
+	limits    server.Limits // the HTTP listener's timeouts and header cap
+	telemetry telemetry.Config
 	// auth checks the operator token /metrics requires.
 	auth auth.Config
 	// runner is every Runner's configuration but its Service.
@@ -81,14 +89,13 @@ func readSettings(e *env.Reader) (settings, error) {
 	services := splitServices(e.Required("LUCIUS_WORKER_SERVICE"))
 	instance := e.String("LUCIUS_INSTANCE", "")
 	s := settings{
-		services:     services,
-		databaseURL:  e.Required("DATABASE_URL"),
-		httpAddr:     e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
-		maxConns:     e.Int("LUCIUS_DB_MAX_CONNS", 10),
-		pollInterval: e.Duration("LUCIUS_BUS_POLL_INTERVAL", 0),
-		retention:    e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
-		limits:       process.ReadLimits(e),
-		telemetry:    process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
+		services:    services,
+		databaseURL: e.Required("DATABASE_URL"),
+		httpAddr:    e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
+		maxConns:    e.Int("LUCIUS_DB_MAX_CONNS", 10),
+		retention:   e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
+		limits:      process.ReadLimits(e),
+		telemetry:   process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
 		runner: worker.Config{
 			WorkerID:       instance,
 			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
@@ -104,6 +111,8 @@ func readSettings(e *env.Reader) (settings, error) {
 	if s.auth, err = auth.ReadConfig(e); err != nil {
 		return settings{}, err
 	}
+	s.bus, err = busconfig.ConfigFromEnv(e)
+	e.Fail(err) // reported with the rest
 	// How the worker authenticates its callbacks: a bearer token from a file
 	// (re-read when it changes), or an mTLS client certificate.
 	if s.runner.DialOptions, err = callbackCredentials(e); err != nil {
@@ -202,15 +211,11 @@ func run() error {
 	defer tel.Shutdown(context.Background()) //nolint:errcheck
 	log := tel.Logger
 
-	pool, err := database.Open(ctx, s.databaseURL, int32(s.maxConns), pgbus.Migrations, worker.Migrations)
+	pool, b, err := openBackends(ctx, s, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	b, err := pgbus.New(ctx, pool, pgbus.Config{Logger: log, PollInterval: s.pollInterval})
-	if err != nil {
-		return err
-	}
 	defer b.Close(context.Background()) //nolint:errcheck
 	store := worker.NewPGStore(pool)
 
@@ -270,6 +275,24 @@ func run() error {
 		return context.Cause(runCtx)
 	}
 	return runErr // nil after a signal, or the runner that could not start
+}
+
+// openBackends opens the database, which holds the idempotency store (and
+// the bus's tables when the bus is the PostgreSQL one: Migrations is empty for
+// Service Bus), and the bus the settings select. The caller closes the bus,
+// then the pool.
+func openBackends(ctx context.Context, s settings, log *slog.Logger) (*pgxpool.Pool, bus.Bus, error) {
+	pool, err := database.Open(ctx, s.databaseURL, int32(s.maxConns),
+		append([]migrate.Set{worker.Migrations}, s.bus.Migrations()...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := busconfig.Open(ctx, s.bus, pool, log)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, b, nil
 }
 
 // runAll runs every runner until ctx ends. A runner that cannot start stops

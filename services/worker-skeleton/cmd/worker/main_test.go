@@ -28,6 +28,7 @@ import (
 	"github.com/lucius-platform/lucius/core/auth/authtest"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/routing"
@@ -89,6 +90,11 @@ func TestReadSettings(t *testing.T) {
 			"concurrency -2 is negative", ""},
 		{"bad topology", with("LUCIUS_TOPOLOGY", "mesh"), "unknown topology", ""},
 		{"bad noop", with("LUCIUS_WORKER_NOOP", "maybe"), "want true or false", ""},
+		{"postgres bus", with("LUCIUS_BUS", "postgres", "LUCIUS_BUS_POLL_INTERVAL", "200ms"), "", ""},
+		{"bad bus poll interval", with("LUCIUS_BUS_POLL_INTERVAL", "often"), "want a duration", ""},
+		{"unknown bus", with("LUCIUS_BUS", "kafka"), "want postgres or servicebus", ""},
+		{"service bus in a build without it", with("LUCIUS_BUS", "servicebus", "LUCIUS_SERVICEBUS_NAMESPACE", "lucius.servicebus.windows.net"),
+			"this build has no Service Bus transport", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -489,3 +495,53 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The worker's database holds its idempotency store in any case, and the
+// bus's tables only with the PostgreSQL bus: with Service Bus (here a stand-in
+// opened through the adapter's hook) the bus needs nothing of the database.
+func TestOpenBackendsPutsTheBusInTheDatabaseOnlyForPostgres(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		bus       busconfig.Config
+		busTables bool
+	}{
+		{"postgres", busconfig.Config{Transport: busconfig.Postgres}, true},
+		{"service bus", busconfig.Config{Transport: busconfig.ServiceBus,
+			ServiceBus: busconfig.ServiceBusConfig{Namespace: "lucius.servicebus.windows.net"},
+			OpenServiceBus: func(context.Context, busconfig.ServiceBusConfig) (bus.Bus, error) {
+				return serviceBusStandIn{}, nil
+			}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s := settings{databaseURL: pgtest.NewDB(t), maxConns: 4, bus: tt.bus}
+			pool, b, err := openBackends(ctx, s, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			defer b.Close(context.Background()) //nolint:errcheck
+			if _, standIn := b.(serviceBusStandIn); standIn == tt.busTables {
+				t.Fatalf("opened %T", b)
+			}
+			var busTables, workerTables bool
+			err = pool.QueryRow(ctx, `SELECT to_regclass('bus_messages') IS NOT NULL,
+				EXISTS (SELECT FROM pg_tables WHERE tablename LIKE 'worker%')`).Scan(&busTables, &workerTables)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if busTables != tt.busTables || !workerTables {
+				t.Errorf("bus tables %v, worker tables %v; want %v, true", busTables, workerTables, tt.busTables)
+			}
+		})
+	}
+}
+
+// serviceBusStandIn is a bus that is not in the database.
+type serviceBusStandIn struct{ bus.Bus }
+
+func (serviceBusStandIn) Close(context.Context) error { return nil }
+
+func (serviceBusStandIn) TxPublisher() bus.TxPublisher { return nil }
