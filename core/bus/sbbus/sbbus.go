@@ -220,6 +220,11 @@ func (r redirect) Do(req *http.Request) (*http.Response, error) {
 	return http.DefaultClient.Do(req)
 }
 
+// TxPublisher is nil: Service Bus cannot take part in a PostgreSQL
+// transaction, so the outbox publishes after the producer's commit and
+// duplicate detection drops a re-send (see the package doc on batches).
+func (b *Bus) TxPublisher() bus.TxPublisher { return nil }
+
 // Close closes every sender and receiver and the connection. Closing twice is harmless.
 func (b *Bus) Close(ctx context.Context) error {
 	b.mu.Lock()
