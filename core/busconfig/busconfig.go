@@ -81,7 +81,8 @@ type ServiceBusFunc func(ctx context.Context, cfg ServiceBusConfig) (bus.Bus, er
 
 // serviceBusAdapter is the Service Bus opener of this build, which
 // ConfigFromEnv puts in Config.OpenServiceBus. nil: this build has no Service
-// Bus transport. servicebus.go sets it to package sbbus.
+// Bus transport. Wire the adapter here, once, when it lands, e.g. with a
+// function that maps ServiceBusConfig to the adapter's own configuration.
 var serviceBusAdapter ServiceBusFunc
 
 // ConfigFromEnv reads the bus settings (see the package comment). Problems
