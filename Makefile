@@ -27,6 +27,18 @@ TEST_TIMEOUT ?= 30m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
+# The Service Bus test broker (tools/sbbroker, Node + rhea) runs from
+# .build/sbbroker; core/sbtest does the same `npm ci` itself when it is missing.
+SBBROKER_STAMP := .build/sbbroker/installed-lock.json
+.PHONY: sbbroker
+sbbroker: $(SBBROKER_STAMP) ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
+
+$(SBBROKER_STAMP): tools/sbbroker/package.json tools/sbbroker/package-lock.json
+	@rm -rf .build/sbbroker && mkdir -p .build/sbbroker
+	@cp tools/sbbroker/package.json tools/sbbroker/package-lock.json .build/sbbroker/
+	cd .build/sbbroker && npm ci --no-audit --no-fund --loglevel=error
+	@cp tools/sbbroker/package-lock.json $@
+
 .PHONY: tools
 tools: $(TOOLS_STAMP) ## install pinned buf, protoc plugins and grpcurl into .build/bin
 
@@ -98,7 +110,7 @@ build: ## build the service binaries and dev tools into .build/bin
 # real sweepers and leases) run after every other package, not beside them,
 # so a 2-core machine is not shared with a dozen other test binaries.
 E2E := ./tools/e2e/...
-test: check-generated breaking lint build ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated breaking lint build sbbroker ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); GO=$(GO) .ci/fuzz $(FUZZTIME)'
