@@ -8,11 +8,12 @@
 //	LUCIUS_SERVICEBUS_CONNECTION_STRING  Service Bus: a connection string (SAS, or the emulator's)
 //	LUCIUS_SERVICEBUS_NAMESPACE          Service Bus: fully qualified namespace, with Azure credentials
 //	LUCIUS_SERVICEBUS_PROVISION          Service Bus: declare entities (default true)
+//	LUCIUS_SERVICEBUS_ADMIN_ENDPOINT     Service Bus: a plain-HTTP management endpoint (emulator, test broker)
 //
 // The PostgreSQL bus (package pgbus) lives in the process's database. Azure
-// Service Bus needs no database for the bus; it is opened through
-// Config.OpenServiceBus, the adapter's hook, which stays nil in a build
-// without the adapter: then LUCIUS_BUS=servicebus is a configuration error.
+// Service Bus (package sbbus) needs no database for the bus; it is opened
+// through Config.OpenServiceBus, which ConfigFromEnv sets to sbbus and tests
+// may replace.
 package busconfig
 
 import (
@@ -25,6 +26,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/bus/sbbus"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/migrate"
 )
@@ -74,16 +76,21 @@ type ServiceBusConfig struct {
 	// management API. false: they are provisioned outside Lucius, and the
 	// adapter's Ensure* calls only check that they exist.
 	Provision bool
+	// AdminEndpoint (LUCIUS_SERVICEBUS_ADMIN_ENDPOINT) sends the management
+	// API to a plain-HTTP endpoint instead of https://<namespace>/: the
+	// emulator's or the test broker's.
+	AdminEndpoint string
 }
 
 // ServiceBusFunc opens an Azure Service Bus adapter.
 type ServiceBusFunc func(ctx context.Context, cfg ServiceBusConfig) (bus.Bus, error)
 
-// serviceBusAdapter is the Service Bus opener of this build, which
-// ConfigFromEnv puts in Config.OpenServiceBus. nil: this build has no Service
-// Bus transport. Wire the adapter here, once, when it lands, e.g. with a
-// function that maps ServiceBusConfig to the adapter's own configuration.
-var serviceBusAdapter ServiceBusFunc
+// openServiceBus opens the Service Bus adapter, package sbbus, with cfg: what
+// ConfigFromEnv puts in Config.OpenServiceBus.
+func openServiceBus(_ context.Context, cfg ServiceBusConfig) (bus.Bus, error) {
+	return sbbus.New(sbbus.Config{ConnectionString: cfg.ConnectionString, Namespace: cfg.Namespace,
+		SkipProvisioning: !cfg.Provision, AdminEndpoint: cfg.AdminEndpoint})
+}
 
 // ConfigFromEnv reads the bus settings (see the package comment). Problems
 // are recorded in e; the error reports an invalid combination.
@@ -95,8 +102,9 @@ func ConfigFromEnv(e *env.Reader) (Config, error) {
 			ConnectionString: e.String("LUCIUS_SERVICEBUS_CONNECTION_STRING", ""),
 			Namespace:        e.String("LUCIUS_SERVICEBUS_NAMESPACE", ""),
 			Provision:        e.Bool("LUCIUS_SERVICEBUS_PROVISION", true),
+			AdminEndpoint:    e.String("LUCIUS_SERVICEBUS_ADMIN_ENDPOINT", ""),
 		},
-		OpenServiceBus: serviceBusAdapter,
+		OpenServiceBus: openServiceBus,
 	}
 	return c, c.Validate()
 }

@@ -12,7 +12,8 @@
 // Start installs the broker's pinned npm dependencies with `npm ci` from
 // tools/sbbroker/package-lock.json into .build/sbbroker when they are missing,
 // picks free ports, waits until the broker listens and stops it on cleanup.
-// It skips the test when node or npm is not installed.
+// Without node or npm the test fails, naming what to install: a skipped
+// transport test would pass without testing anything.
 //
 //	b := sbtest.Start(t)
 //	cfg := sbbus.Config{ConnectionString: b.ConnectionString, AdminEndpoint: b.AdminURL}
@@ -56,7 +57,7 @@ func Start(t testing.TB) *Broker {
 	t.Helper()
 	b, err := StartBroker(context.Background())
 	if errors.Is(err, errNoNode) {
-		t.Skipf("sbtest: %v", err)
+		t.Fatalf("sbtest: %v (install Node.js and npm, e.g. apt-get install nodejs npm; make test then installs the broker's packages)", err)
 	}
 	if err != nil {
 		t.Fatalf("sbtest: %v", err)

@@ -9,13 +9,11 @@ import (
 	"github.com/lucius-platform/lucius/core/bus/sbbus"
 )
 
-// A main reads the LUCIUS_SERVICEBUS_* variables, declares what it uses and
+// A program connects with the namespace's connection string (Lucius's
+// services get theirs from package busconfig), declares what it uses and
 // receives with peek-lock, renewing the lock while a long handler runs.
 func Example() {
-	cfg, err := sbbus.ConfigFromEnv(os.LookupEnv)
-	if err != nil {
-		log.Fatal(err)
-	}
+	cfg := sbbus.Config{ConnectionString: os.Getenv(sbbus.EnvConnectionString)}
 	ctx := context.Background()
 	b, err := sbbus.New(cfg)
 	if err != nil {

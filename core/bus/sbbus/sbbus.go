@@ -80,7 +80,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus"
 )
 
-// Environment variables a main reads into a Config (ConfigFromEnv).
+// The environment variables of a Config; package busconfig reads them.
 const (
 	EnvConnectionString = "LUCIUS_SERVICEBUS_CONNECTION_STRING"
 	EnvNamespace        = "LUCIUS_SERVICEBUS_NAMESPACE"
@@ -113,22 +113,6 @@ type Config struct {
 	AdminEndpoint string
 	// Logger receives warnings. Default: slog.Default().
 	Logger *slog.Logger
-}
-
-// ConfigFromEnv reads the LUCIUS_SERVICEBUS_* variables with lookup (os.LookupEnv).
-func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
-	var cfg Config
-	cfg.ConnectionString, _ = lookup(EnvConnectionString)
-	cfg.Namespace, _ = lookup(EnvNamespace)
-	cfg.AdminEndpoint, _ = lookup(EnvAdminEndpoint)
-	if v, ok := lookup(EnvProvision); ok && v != "" {
-		provision, err := strconv.ParseBool(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("%s=%q: %w", EnvProvision, v, err)
-		}
-		cfg.SkipProvisioning = !provision
-	}
-	return cfg, cfg.Validate()
 }
 
 // Validate reports a configuration that cannot work.
