@@ -395,14 +395,22 @@ func TestForgedResultsAreRefusedRecordedAndChangeNothing(t *testing.T) {
 // waitStep waits until the job's single step has the status and returns it.
 func (s *suite) waitStep(jobID string, want luciusv1.StepStatus) *luciusv1.Step {
 	s.t.Helper()
+	return s.waitStepAttempt(jobID, want, 0)
+}
+
+// waitStepAttempt waits for the job's first step to be in want on attempt
+// minAttempt or a later one.
+func (s *suite) waitStepAttempt(jobID string, want luciusv1.StepStatus, minAttempt int32) *luciusv1.Step {
+	s.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		steps, err := s.jobs.ListJobSteps(s.ctx, &luciusv1.ListJobStepsRequest{JobId: jobID})
-		if err == nil && len(steps.GetSteps()) > 0 && steps.GetSteps()[0].GetStatus() == want {
+		if err == nil && len(steps.GetSteps()) > 0 && steps.GetSteps()[0].GetStatus() == want &&
+			steps.GetSteps()[0].GetAttemptNo() >= minAttempt {
 			return steps.GetSteps()[0]
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("step of %s never reached %s (%v, %v)", jobID, want, steps, err)
+			s.t.Fatalf("step of %s never reached %s on attempt %d or later (%v, %v)", jobID, want, minAttempt, steps, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
