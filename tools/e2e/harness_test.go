@@ -29,6 +29,11 @@ import (
 
 var binDir string
 
+// e2eBus is the transport the suites run on: LUCIUS_E2E_BUS, "postgres"
+// (default) or "servicebus" (each stack then starts its own Service Bus test
+// broker). `make test` runs the package once on each.
+var e2eBus = os.Getenv("LUCIUS_E2E_BUS")
+
 func TestMain(m *testing.M) {
 	binDir = os.Getenv("LUCIUS_BIN_DIR")
 	if binDir == "" {
@@ -140,7 +145,7 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	}
 	logs := &stack.LogBuffer{}
 	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
-		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs})
+		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs, Bus: e2eBus})
 	if err != nil {
 		t.Logf("suite logs:\n%s", logs.Tail(200))
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
-	"github.com/lucius-platform/lucius/core/bus/pgbus"
 )
 
 // A paused orchestrator (SIGSTOP: a long GC pause, a frozen VM) loses its jobs
@@ -255,7 +254,7 @@ func TestBusDeadLettersAreListedAndStrandedRequestsRun(t *testing.T) {
 		"LUCIUS_SWEEP_REQUESTS_INTERVAL":   "200ms",
 		"LUCIUS_SWEEP_REQUESTS_AGE":        "1s",
 	}})
-	b, err := pgbus.New(s.ctx, s.pool, pgbus.Config{})
+	b, err := s.OpenBus(s.ctx, s.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -23,7 +24,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/busconfig"
+	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/pgcluster"
+	"github.com/lucius-platform/lucius/core/sbtest"
 )
 
 // Config describes a suite. Zero values take the defaults noted.
@@ -56,6 +63,12 @@ type Config struct {
 	ProcessEnv map[string]map[string]string
 	// Output receives every process's log lines, prefixed with its name.
 	Output io.Writer
+	// Bus is the transport every process uses (LUCIUS_BUS): "" or "postgres"
+	// for the PostgreSQL bus, "servicebus" for Azure Service Bus. With
+	// "servicebus" and no LUCIUS_SERVICEBUS_CONNECTION_STRING or
+	// LUCIUS_SERVICEBUS_NAMESPACE in Env or the environment, the stack starts
+	// the Service Bus test broker (tools/sbbroker) and points every process at it.
+	Bus string
 }
 
 // Endpoints are where the suite listens.
@@ -87,6 +100,8 @@ type Stack struct {
 	// given it starts, so no other stack on the machine picks it meanwhile.
 	reserved map[string]net.Listener
 	trust    *trust
+	// broker is the Service Bus test broker the stack started (nil: none).
+	broker *sbtest.Broker
 	// stopRefresh ends the worker token refresh.
 	stopRefresh context.CancelFunc
 }
@@ -147,6 +162,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		s.URL = s.cluster.URL
 	}
+	if err := s.startBroker(ctx); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
 	if err := s.plan(); err != nil {
 		s.Stop(context.Background())
 		return nil, err
@@ -193,6 +212,9 @@ func (s *Stack) plan() error {
 		"LUCIUS_LOG_FORMAT":     "text",
 	}
 	for k, v := range s.trust.env() {
+		common[k] = v
+	}
+	for k, v := range s.busEnv() {
 		common[k] = v
 	}
 	add := func(name, binary, healthAddr string, env map[string]string) {
@@ -327,10 +349,74 @@ func (s *Stack) Stop(ctx context.Context) {
 			<-done
 		}
 	}
+	if s.broker != nil {
+		s.broker.Stop()
+	}
 	if s.cluster != nil {
 		_ = s.cluster.Stop(ctx)
 	}
 }
+
+// serviceBus tells whether the stack runs on Service Bus.
+func (s *Stack) serviceBus() bool { return s.cfg.Bus == string(busconfig.ServiceBus) }
+
+// startBroker starts the Service Bus test broker when the stack runs on
+// Service Bus and no namespace is configured.
+func (s *Stack) startBroker(ctx context.Context) error {
+	if !s.serviceBus() {
+		return nil
+	}
+	for _, k := range []string{"LUCIUS_SERVICEBUS_CONNECTION_STRING", "LUCIUS_SERVICEBUS_NAMESPACE"} {
+		if s.cfg.Env[k] != "" || os.Getenv(k) != "" {
+			return nil // a real namespace (or an emulator) the operator named
+		}
+	}
+	b, err := sbtest.StartBroker(ctx)
+	if err != nil {
+		return fmt.Errorf("stack: Service Bus test broker: %w", err)
+	}
+	s.broker = b
+	return nil
+}
+
+// busEnv is what every process needs to reach the stack's bus.
+func (s *Stack) busEnv() map[string]string {
+	if !s.serviceBus() {
+		return map[string]string{"LUCIUS_BUS": string(busconfig.Postgres)}
+	}
+	env := map[string]string{"LUCIUS_BUS": string(busconfig.ServiceBus)}
+	if s.broker != nil {
+		env["LUCIUS_SERVICEBUS_CONNECTION_STRING"] = s.broker.ConnectionString
+		env["LUCIUS_SERVICEBUS_ADMIN_ENDPOINT"] = s.broker.AdminURL
+	}
+	return env
+}
+
+// OpenBus opens the bus the stack's processes use, for tools and tests that
+// send or receive beside them (pool: the stack's database, for the
+// PostgreSQL bus). Close it when done.
+func (s *Stack) OpenBus(ctx context.Context, pool *pgxpool.Pool) (bus.Bus, error) {
+	merged := map[string]string{}
+	for _, k := range []string{"LUCIUS_SERVICEBUS_CONNECTION_STRING", "LUCIUS_SERVICEBUS_NAMESPACE",
+		"LUCIUS_SERVICEBUS_PROVISION", "LUCIUS_SERVICEBUS_ADMIN_ENDPOINT"} {
+		if v := os.Getenv(k); v != "" {
+			merged[k] = v
+		}
+	}
+	for _, m := range []map[string]string{s.cfg.Env, s.busEnv()} {
+		for k, v := range m {
+			merged[k] = v
+		}
+	}
+	cfg, err := busconfig.ConfigFromEnv(env.FromMap(merged))
+	if err != nil {
+		return nil, err
+	}
+	return busconfig.Open(ctx, cfg, pool, slog.New(slog.DiscardHandler))
+}
+
+// Broker is the Service Bus test broker the stack started, or nil.
+func (s *Stack) Broker() *sbtest.Broker { return s.broker }
 
 func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	for _, name := range s.order {

@@ -1,6 +1,7 @@
 // Command lucius-up runs the whole suite in the foreground on the embedded
 // default (what `make up` runs): a project-local PostgreSQL cluster (or
-// DATABASE_URL), the PostgreSQL bus, gateway, reconciler, scheduler, two
+// DATABASE_URL), the PostgreSQL bus (or, with LUCIUS_BUS=servicebus, Azure
+// Service Bus or the Service Bus test broker), gateway, reconciler, scheduler, two
 // orchestrators and OCR/EMBEDDING/SIS workers. It prints the endpoints, restarts a
 // process that crashes, and on Ctrl-C stops everything it started, cleanly.
 package main
@@ -42,7 +43,7 @@ func run(bin, data string, pgPort int, noop bool) error {
 		return err
 	}
 	cfg := stack.Config{BinDir: bin, DataDir: data, DatabaseURL: os.Getenv("DATABASE_URL"), Durable: true,
-		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}, FileRoots: roots}
+		PGPort: pgPort, Output: os.Stdout, Env: map[string]string{}, FileRoots: roots, Bus: os.Getenv("LUCIUS_BUS")}
 	if noop {
 		cfg.Env["LUCIUS_WORKER_NOOP"] = "true"
 	}
@@ -62,6 +63,7 @@ Lucius is running.
   scheduler         http://%s/healthz
   workers           %s
   PostgreSQL        %s
+  bus               %s
   workspace         %s
   local issuer      %s (every call needs a token from it)
   file roots        %s   (file:// refs must name files here; set LUCIUS_FILE_ROOTS to change)
@@ -72,7 +74,7 @@ Lucius is running.
 
 Press Ctrl-C to stop everything.
 `, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
-		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
+		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, busLine(s), s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
 		strings.Join(s.FileRoots, ":"), egressAllow(), e.GatewayHTTP)
 
 	supervise(ctx, s)
@@ -102,6 +104,18 @@ func supervise(ctx context.Context, s *stack.Stack) {
 				fmt.Printf("%-15s | restart failed: %v\n", name, err)
 			}
 		}
+	}
+}
+
+// busLine describes the transport (LUCIUS_BUS).
+func busLine(s *stack.Stack) string {
+	switch {
+	case os.Getenv("LUCIUS_BUS") != "servicebus":
+		return "PostgreSQL bus (LUCIUS_BUS=postgres), in the database above"
+	case s.Broker() != nil:
+		return "Service Bus test broker at amqp://" + s.Broker().AMQPAddr + " (LUCIUS_BUS=servicebus; set LUCIUS_SERVICEBUS_NAMESPACE for Azure)"
+	default:
+		return "Azure Service Bus " + os.Getenv("LUCIUS_SERVICEBUS_NAMESPACE") + " (LUCIUS_BUS=servicebus)"
 	}
 }
 
