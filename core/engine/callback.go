@@ -436,3 +436,21 @@ func firstNonEmpty(a, b string) string {
 	}
 	return b
 }
+
+// DetachedDirective returns the whole directive of an attempt whose bus
+// message carried it detached (Directive.detached). ErrNotFound when the
+// attempt does not exist, was sent whole, or leaseID is not its lease.
+func (e *Engine) DetachedDirective(ctx context.Context, jobID, stepID string, attemptNo int, leaseID string) (*luciusv1.Directive, error) {
+	body, lease, err := e.store.DetachedDirective(ctx, jobID, stepID, attemptNo)
+	if err != nil {
+		return nil, err
+	}
+	if lease != leaseID {
+		return nil, fmt.Errorf("detached directive %s/%s#%d: lease %s: %w", jobID, stepID, attemptNo, leaseID, ledger.ErrNotFound)
+	}
+	d := &luciusv1.Directive{}
+	if err := protojson.Unmarshal(body, d); err != nil {
+		return nil, fmt.Errorf("detached directive %s/%s#%d: %w", jobID, stepID, attemptNo, err)
+	}
+	return d, nil
+}

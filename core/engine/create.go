@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -40,7 +42,14 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 			CorrelationID: req.CorrelationID, CallbackURL: req.CallbackURL, OwnerID: owner, OwnerEpoch: 1,
 			ReplayOf: req.ReplayOf, Notify: req.Notify,
 		}
-		def, inputs, problem := e.prepare(ctx, job, q.GetCommand().GetPayload().AsMap())
+		cmd := q.GetCommand()
+		if cmd == nil { // left out of a message too large for the bus
+			cmd = &luciusv1.Command{}
+			if err := protojson.Unmarshal(req.Command, cmd); err != nil {
+				return fmt.Errorf("request %s: stored command: %w", req.JobID, err)
+			}
+		}
+		def, inputs, problem := e.prepare(ctx, job, cmd.GetPayload().AsMap())
 		sla := e.cfg.DefaultSLA
 		if def != nil && def.SLA > 0 {
 			sla = def.SLA

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,6 +20,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -163,6 +165,11 @@ func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.At
 	if err != nil {
 		return ledger.OutboxMessage{}, fmt.Errorf("directive %s/%s: %w", job.JobID, s.StepID, err)
 	}
+	if len(body) > MaxInlineMessageBytes {
+		if body, err = r.detach(ctx, d, body); err != nil {
+			return ledger.OutboxMessage{}, err
+		}
+	}
 	return ledger.OutboxMessage{
 		MessageID:     fmt.Sprintf("directive/%s/%s/%d", job.JobID, s.StepID, a.AttemptNo),
 		Destination:   a.Routing.Topic,
@@ -178,6 +185,25 @@ func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.At
 		Subject:       s.Type,
 		ScheduledAt:   deliverAt,
 	}, nil
+}
+
+// detach keeps a directive too large for a bus message in the ledger (with
+// its attempt) and returns the body of the message that carries it
+// detached: everything but payload and upstream artifacts, which the worker
+// fetches with CallbackService.GetDirective.
+func (r *run) detach(ctx context.Context, d *luciusv1.Directive, whole []byte) ([]byte, error) {
+	if err := r.tx.DetachDirective(ctx, d.GetJobId(), d.GetStepId(), int(d.GetAttemptNo()), whole); err != nil {
+		return nil, err
+	}
+	stub := proto.CloneOf(d)
+	stub.Payload, stub.UpstreamArtifacts, stub.Detached = nil, nil, true
+	body, err := protojson.Marshal(stub)
+	if err != nil {
+		return nil, fmt.Errorf("directive %s/%s: %w", d.GetJobId(), d.GetStepId(), err)
+	}
+	r.e.log.DebugContext(ctx, "directive detached: too large for a bus message", telemetry.JobID(d.GetJobId()),
+		telemetry.StepID(d.GetStepId()), telemetry.AttemptNo(int(d.GetAttemptNo())), "bytes", len(whole))
+	return body, nil
 }
 
 // upstream collects the artifacts of the work a node builds on: the nearest

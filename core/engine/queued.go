@@ -16,6 +16,14 @@ import (
 // MessageTypeJobRequest is the MessageType of orchestrator-jobs messages.
 const MessageTypeJobRequest = "job-request"
 
+// MaxInlineMessageBytes is the largest body the engine puts on the bus
+// whole. Azure Service Bus Standard carries 256 KB a message, application
+// properties and headers included; the rest is their room. A larger
+// directive travels detached (Directive.detached; the worker fetches it with
+// CallbackService.GetDirective), a larger orchestrator-jobs message without
+// its command (the orchestrator reads the request's command in the ledger).
+const MaxInlineMessageBytes = 192 << 10
+
 // QueuedJobMessage builds the orchestrator-jobs message of an accepted request
 // (its outbox row), carrying ctx's trace context.
 func QueuedJobMessage(ctx context.Context, req ledger.Request, cmd *luciusv1.Command) (ledger.OutboxMessage, error) {
@@ -24,6 +32,12 @@ func QueuedJobMessage(ctx context.Context, req ledger.Request, cmd *luciusv1.Com
 	body, err := protojson.Marshal(q)
 	if err != nil {
 		return ledger.OutboxMessage{}, err
+	}
+	if len(body) > MaxInlineMessageBytes {
+		q.Command = nil // CreateJob reads it from the request row
+		if body, err = protojson.Marshal(q); err != nil {
+			return ledger.OutboxMessage{}, err
+		}
 	}
 	props := map[string]string{PropMessageType: MessageTypeJobRequest, PropTenantID: req.TenantID, PropJobID: req.JobID}
 	otel.GetTextMapPropagator().Inject(ctx, bus.PropertiesCarrier(props))

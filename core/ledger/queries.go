@@ -132,6 +132,10 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, ack_deadline)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
+	sqlDetachDirective = `UPDATE attempts SET directive = $4 WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
+
+	sqlDetachedDirective = `SELECT lease_id, directive FROM attempts WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`
+
 	sqlUpdateAttempt = `UPDATE attempts SET status = $4, worker_id = $5, failure_class = $6, reason = $7,
 	acked_at = $8, lease_expires_at = $9, completed_at = $10, last_heartbeat_at = $11, progress = $12
 	WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3`

@@ -75,6 +75,20 @@ func (s *Store) RequestExists(ctx context.Context, jobID string) (bool, error) {
 	return exists, err
 }
 
+// DetachedDirective returns the directive DetachDirective kept for an
+// attempt, and the attempt's lease id. ErrNotFound when there is no such
+// attempt or it was sent whole.
+func (s *Store) DetachedDirective(ctx context.Context, jobID, stepID string, attemptNo int) (directive []byte, leaseID string, err error) {
+	err = s.pool.QueryRow(ctx, sqlDetachedDirective, jobID, stepID, attemptNo).Scan(&leaseID, &directive)
+	if isNoRows(err) || (err == nil && directive == nil) {
+		return nil, "", fmt.Errorf("detached directive %s/%s#%d: %w", jobID, stepID, attemptNo, ErrNotFound)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("detached directive %s/%s#%d: %w", jobID, stepID, attemptNo, err)
+	}
+	return directive, leaseID, nil
+}
+
 // GetJob returns a job, or the early view of an accepted request no
 // orchestrator has created yet (RECEIVED, QUEUED or CANCELLING).
 func (s *Store) GetJob(ctx context.Context, jobID string) (*Job, error) {

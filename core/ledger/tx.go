@@ -307,6 +307,15 @@ func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
 	return nil
 }
 
+// DetachDirective keeps the whole directive of an attempt (inserted in this
+// transaction) whose bus message carries it detached; DetachedDirective
+// returns it.
+func (t *Tx) DetachDirective(ctx context.Context, jobID, stepID string, attemptNo int, directive []byte) error {
+	t.tx.holdOne(fmt.Sprintf("detach directive %s/%s#%d", jobID, stepID, attemptNo), sqlDetachDirective,
+		jobID, stepID, attemptNo, directive)
+	return nil
+}
+
 // UpdateAttempt writes an attempt's mutable fields. Routing never changes.
 func (t *Tx) UpdateAttempt(ctx context.Context, a *Attempt) error {
 	t.tx.holdOne(fmt.Sprintf("update attempt %s/%s#%d", a.JobID, a.StepID, a.AttemptNo), sqlUpdateAttempt,

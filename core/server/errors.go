@@ -27,6 +27,9 @@ const (
 	ReasonJobNotFound          = "JOB_NOT_FOUND"
 	ReasonStepNotFound         = "STEP_NOT_FOUND"
 	ReasonDeadLetterNotFound   = "DEAD_LETTER_NOT_FOUND"
+	// ReasonDirectiveNotFound: CallbackService.GetDirective found no detached
+	// directive for the attempt (sent whole, or another lease).
+	ReasonDirectiveNotFound    = "DIRECTIVE_NOT_FOUND"
 	ReasonModeForbidden        = "MODE_FORBIDDEN"
 	ReasonTenantLimit          = "TENANT_LIMIT_REACHED"
 	ReasonLaneLimit            = "LANE_LIMIT_REACHED"

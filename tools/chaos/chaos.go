@@ -37,6 +37,9 @@ type Range struct{ Min, Max time.Duration }
 type Config struct {
 	// BinDir holds the service binaries (make build's .build/bin). Required.
 	BinDir string
+	// Bus is the suite's transport (stack.Config.Bus): "" or "postgres", or
+	// "servicebus" (the Service Bus test broker unless a namespace is set).
+	Bus string
 	// DataDir holds the run's PostgreSQL cluster, workspace and workflow.
 	// Required; it must not hold an earlier run.
 	DataDir string
@@ -212,7 +215,7 @@ func startSuite(ctx context.Context, cfg Config) (*suite, error) {
 	// Durable keeps fsync and synchronous commit on, so the immediate
 	// (crash-like) shutdown of the restart loses no committed transaction.
 	s, err := stack.Start(ctx, stack.Config{BinDir: cfg.BinDir, DataDir: cfg.DataDir, Durable: true, FreePorts: true,
-		Workers: []string{"ocr", "embedding", "sis"}, Env: env(workflows), Output: cfg.Output})
+		Workers: []string{"ocr", "embedding", "sis"}, Env: env(workflows), Output: cfg.Output, Bus: cfg.Bus})
 	if err != nil {
 		return nil, fmt.Errorf("start the suite: %w", err)
 	}

@@ -57,7 +57,9 @@ func TestChaosShort(t *testing.T) {
 	logs, progress := &stack.LogBuffer{}, &stack.LogBuffer{}
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	report, err := Run(context.Background(), Config{BinDir: binDir, DataDir: dir, Jobs: 80, Rate: 8, Seed: seed,
+	// LUCIUS_E2E_BUS=servicebus runs it on the Service Bus test broker, as
+	// `make test` does after the PostgreSQL bus run.
+	report, err := Run(context.Background(), Config{BinDir: binDir, DataDir: dir, Bus: os.Getenv("LUCIUS_E2E_BUS"), Jobs: 80, Rate: 8, Seed: seed,
 		KillEvery: 700 * time.Millisecond, Down: Range{200 * time.Millisecond, 1500 * time.Millisecond}, MinKills: 3,
 		PGRestart: true, FaultRate: 0.25, Timeout: 100 * time.Second, Output: logs, Progress: progress})
 	if err != nil {

@@ -630,6 +630,129 @@ func (x *HeartbeatRequest) GetCorrelationId() string {
 	return ""
 }
 
+// GetDirectiveRequest names the attempt whose detached directive a worker fetches.
+type GetDirectiveRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The detached message's callback_token (see HeartbeatRequest).
+	CallbackToken string `protobuf:"bytes,5,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDirectiveRequest) Reset() {
+	*x = GetDirectiveRequest{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDirectiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDirectiveRequest) ProtoMessage() {}
+
+func (x *GetDirectiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDirectiveRequest.ProtoReflect.Descriptor instead.
+func (*GetDirectiveRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetDirectiveRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetDirectiveRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *GetDirectiveRequest) GetAttemptNo() int32 {
+	if x != nil {
+		return x.AttemptNo
+	}
+	return 0
+}
+
+func (x *GetDirectiveRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *GetDirectiveRequest) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
+// GetDirectiveResponse carries the whole directive (detached is false in it).
+type GetDirectiveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Directive     *Directive             `protobuf:"bytes,1,opt,name=directive,proto3" json:"directive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDirectiveResponse) Reset() {
+	*x = GetDirectiveResponse{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDirectiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDirectiveResponse) ProtoMessage() {}
+
+func (x *GetDirectiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDirectiveResponse.ProtoReflect.Descriptor instead.
+func (*GetDirectiveResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetDirectiveResponse) GetDirective() *Directive {
+	if x != nil {
+		return x.Directive
+	}
+	return nil
+}
+
 // HeartbeatResponse says whether the lease was extended, and until when.
 type HeartbeatResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -645,7 +768,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	mi := &file_lucius_v1_callback_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +780,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	mi := &file_lucius_v1_callback_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +793,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetOutcome() CallbackOutcome {
@@ -713,7 +836,7 @@ type ResultResponse struct {
 
 func (x *ResultResponse) Reset() {
 	*x = ResultResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	mi := &file_lucius_v1_callback_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +848,7 @@ func (x *ResultResponse) String() string {
 func (*ResultResponse) ProtoMessage() {}
 
 func (x *ResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	mi := &file_lucius_v1_callback_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +861,7 @@ func (x *ResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultResponse.ProtoReflect.Descriptor instead.
 func (*ResultResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResultResponse) GetOutcome() CallbackOutcome {
@@ -766,7 +889,7 @@ var File_lucius_v1_callback_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xf4\x02\n" +
+	"\x18lucius/v1/callback.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19lucius/v1/directive.proto\x1a\x13lucius/v1/job.proto\"\xf4\x02\n" +
 	"\n" +
 	"AckRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
@@ -815,7 +938,17 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\x12%\n" +
 	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
 	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
-	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\xf0\x01\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\xe6\x01\n" +
+	"\x13GetDirectiveRequest\x12,\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
+	"\astep_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\x06stepId\x12&\n" +
+	"\n" +
+	"attempt_no\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\tattemptNo\x12#\n" +
+	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x12/\n" +
+	"\x0ecallback_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\"J\n" +
+	"\x14GetDirectiveResponse\x122\n" +
+	"\tdirective\x18\x01 \x01(\v2\x14.lucius.v1.DirectiveR\tdirective\"\xf0\x01\n" +
 	"\x11HeartbeatResponse\x124\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
 	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
@@ -843,11 +976,12 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\x1aCALLBACK_OUTCOME_DUPLICATE\x10\x02\x12\"\n" +
 	"\x1eCALLBACK_OUTCOME_STALE_ATTEMPT\x10\x03\x12#\n" +
 	"\x1fCALLBACK_OUTCOME_LEASE_MISMATCH\x10\x04\x12#\n" +
-	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\xb1\x03\n" +
+	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\xd4\x04\n" +
 	"\x0fCallbackService\x12|\n" +
 	"\x03Ack\x12\x15.lucius.v1.AckRequest\x1a\x16.lucius.v1.AckResponse\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:ack\x12\x88\x01\n" +
 	"\x06Result\x12\x18.lucius.v1.ResultRequest\x1a\x19.lucius.v1.ResultResponse\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:result\x12\x94\x01\n" +
-	"\tHeartbeat\x12\x1b.lucius.v1.HeartbeatRequest\x1a\x1c.lucius.v1.HeartbeatResponse\"L\x82\xd3\xe4\x93\x02F:\x01*\"A/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:heartbeatB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\tHeartbeat\x12\x1b.lucius.v1.HeartbeatRequest\x1a\x1c.lucius.v1.HeartbeatResponse\"L\x82\xd3\xe4\x93\x02F:\x01*\"A/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:heartbeat\x12\xa0\x01\n" +
+	"\fGetDirective\x12\x1e.lucius.v1.GetDirectiveRequest\x1a\x1f.lucius.v1.GetDirectiveResponse\"O\x82\xd3\xe4\x93\x02I:\x01*\"D/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:getDirectiveB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_callback_proto_rawDescOnce sync.Once
@@ -862,7 +996,7 @@ func file_lucius_v1_callback_proto_rawDescGZIP() []byte {
 }
 
 var file_lucius_v1_callback_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_lucius_v1_callback_proto_goTypes = []any{
 	(ResultStatus)(0),             // 0: lucius.v1.ResultStatus
 	(FailureClass)(0),             // 1: lucius.v1.FailureClass
@@ -871,42 +1005,48 @@ var file_lucius_v1_callback_proto_goTypes = []any{
 	(*AckResponse)(nil),           // 4: lucius.v1.AckResponse
 	(*ResultRequest)(nil),         // 5: lucius.v1.ResultRequest
 	(*HeartbeatRequest)(nil),      // 6: lucius.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 7: lucius.v1.HeartbeatResponse
-	(*ResultResponse)(nil),        // 8: lucius.v1.ResultResponse
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(StepStatus)(0),               // 10: lucius.v1.StepStatus
-	(*ArtifactRef)(nil),           // 11: lucius.v1.ArtifactRef
-	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
-	(JobStatus)(0),                // 13: lucius.v1.JobStatus
+	(*GetDirectiveRequest)(nil),   // 7: lucius.v1.GetDirectiveRequest
+	(*GetDirectiveResponse)(nil),  // 8: lucius.v1.GetDirectiveResponse
+	(*HeartbeatResponse)(nil),     // 9: lucius.v1.HeartbeatResponse
+	(*ResultResponse)(nil),        // 10: lucius.v1.ResultResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(StepStatus)(0),               // 12: lucius.v1.StepStatus
+	(*ArtifactRef)(nil),           // 13: lucius.v1.ArtifactRef
+	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
+	(*Directive)(nil),             // 15: lucius.v1.Directive
+	(JobStatus)(0),                // 16: lucius.v1.JobStatus
 }
 var file_lucius_v1_callback_proto_depIdxs = []int32{
-	9,  // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
+	11, // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: lucius.v1.AckResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	10, // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
+	12, // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
 	0,  // 3: lucius.v1.ResultRequest.status:type_name -> lucius.v1.ResultStatus
 	1,  // 4: lucius.v1.ResultRequest.failure_class:type_name -> lucius.v1.FailureClass
-	11, // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
-	12, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
-	9,  // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
-	12, // 9: lucius.v1.HeartbeatRequest.progress:type_name -> google.protobuf.Struct
-	2,  // 10: lucius.v1.HeartbeatResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	10, // 11: lucius.v1.HeartbeatResponse.step_status:type_name -> lucius.v1.StepStatus
-	9,  // 12: lucius.v1.HeartbeatResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	2,  // 13: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	10, // 14: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
-	13, // 15: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
-	3,  // 16: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
-	5,  // 17: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
-	6,  // 18: lucius.v1.CallbackService.Heartbeat:input_type -> lucius.v1.HeartbeatRequest
-	4,  // 19: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
-	8,  // 20: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
-	7,  // 21: lucius.v1.CallbackService.Heartbeat:output_type -> lucius.v1.HeartbeatResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
+	14, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
+	11, // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
+	11, // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
+	14, // 9: lucius.v1.HeartbeatRequest.progress:type_name -> google.protobuf.Struct
+	15, // 10: lucius.v1.GetDirectiveResponse.directive:type_name -> lucius.v1.Directive
+	2,  // 11: lucius.v1.HeartbeatResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	12, // 12: lucius.v1.HeartbeatResponse.step_status:type_name -> lucius.v1.StepStatus
+	11, // 13: lucius.v1.HeartbeatResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 14: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	12, // 15: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
+	16, // 16: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
+	3,  // 17: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
+	5,  // 18: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
+	6,  // 19: lucius.v1.CallbackService.Heartbeat:input_type -> lucius.v1.HeartbeatRequest
+	7,  // 20: lucius.v1.CallbackService.GetDirective:input_type -> lucius.v1.GetDirectiveRequest
+	4,  // 21: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
+	10, // 22: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
+	9,  // 23: lucius.v1.CallbackService.Heartbeat:output_type -> lucius.v1.HeartbeatResponse
+	8,  // 24: lucius.v1.CallbackService.GetDirective:output_type -> lucius.v1.GetDirectiveResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_callback_proto_init() }
@@ -914,6 +1054,7 @@ func file_lucius_v1_callback_proto_init() {
 	if File_lucius_v1_callback_proto != nil {
 		return
 	}
+	file_lucius_v1_directive_proto_init()
 	file_lucius_v1_job_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -921,7 +1062,7 @@ func file_lucius_v1_callback_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_callback_proto_rawDesc), len(file_lucius_v1_callback_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

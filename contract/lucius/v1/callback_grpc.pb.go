@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CallbackService_Ack_FullMethodName       = "/lucius.v1.CallbackService/Ack"
-	CallbackService_Result_FullMethodName    = "/lucius.v1.CallbackService/Result"
-	CallbackService_Heartbeat_FullMethodName = "/lucius.v1.CallbackService/Heartbeat"
+	CallbackService_Ack_FullMethodName          = "/lucius.v1.CallbackService/Ack"
+	CallbackService_Result_FullMethodName       = "/lucius.v1.CallbackService/Result"
+	CallbackService_Heartbeat_FullMethodName    = "/lucius.v1.CallbackService/Heartbeat"
+	CallbackService_GetDirective_FullMethodName = "/lucius.v1.CallbackService/GetDirective"
 )
 
 // CallbackServiceClient is the client API for CallbackService service.
@@ -41,6 +42,10 @@ type CallbackServiceClient interface {
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// GetDirective returns the whole directive of an attempt whose bus message
+	// was detached (Directive.detached): too large for the bus, it is kept in
+	// the ledger. NOT_FOUND when the attempt has no detached directive.
+	GetDirective(ctx context.Context, in *GetDirectiveRequest, opts ...grpc.CallOption) (*GetDirectiveResponse, error)
 }
 
 type callbackServiceClient struct {
@@ -81,6 +86,16 @@ func (c *callbackServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequ
 	return out, nil
 }
 
+func (c *callbackServiceClient) GetDirective(ctx context.Context, in *GetDirectiveRequest, opts ...grpc.CallOption) (*GetDirectiveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDirectiveResponse)
+	err := c.cc.Invoke(ctx, CallbackService_GetDirective_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CallbackServiceServer is the server API for CallbackService service.
 // All implementations must embed UnimplementedCallbackServiceServer
 // for forward compatibility.
@@ -98,6 +113,10 @@ type CallbackServiceServer interface {
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// GetDirective returns the whole directive of an attempt whose bus message
+	// was detached (Directive.detached): too large for the bus, it is kept in
+	// the ledger. NOT_FOUND when the attempt has no detached directive.
+	GetDirective(context.Context, *GetDirectiveRequest) (*GetDirectiveResponse, error)
 	mustEmbedUnimplementedCallbackServiceServer()
 }
 
@@ -116,6 +135,9 @@ func (UnimplementedCallbackServiceServer) Result(context.Context, *ResultRequest
 }
 func (UnimplementedCallbackServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedCallbackServiceServer) GetDirective(context.Context, *GetDirectiveRequest) (*GetDirectiveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDirective not implemented")
 }
 func (UnimplementedCallbackServiceServer) mustEmbedUnimplementedCallbackServiceServer() {}
 func (UnimplementedCallbackServiceServer) testEmbeddedByValue()                         {}
@@ -192,6 +214,24 @@ func _CallbackService_Heartbeat_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CallbackService_GetDirective_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDirectiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CallbackServiceServer).GetDirective(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CallbackService_GetDirective_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CallbackServiceServer).GetDirective(ctx, req.(*GetDirectiveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CallbackService_ServiceDesc is the grpc.ServiceDesc for CallbackService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -210,6 +250,10 @@ var CallbackService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _CallbackService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "GetDirective",
+			Handler:    _CallbackService_GetDirective_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

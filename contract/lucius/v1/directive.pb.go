@@ -72,6 +72,11 @@ type Directive struct {
 	// Send it with every callback of this attempt (Ack, Result, Heartbeat): it
 	// proves the callback answers this directive. A secret: never log it.
 	CallbackToken string `protobuf:"bytes,25,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	// The directive was too large for one bus message (Azure Service Bus
+	// Standard carries 256 KB): the message carries it without payload and
+	// upstream_artifacts. Fetch the whole directive with
+	// CallbackService.GetDirective (with this callback_token) before running it.
+	Detached      bool `protobuf:"varint,26,opt,name=detached,proto3" json:"detached,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +286,13 @@ func (x *Directive) GetCallbackToken() string {
 	return ""
 }
 
+func (x *Directive) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
 // CallbackEndpoints tells a worker where its callbacks go.
 type CallbackEndpoints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -349,9 +361,11 @@ func (x *CallbackEndpoints) GetGrpcTarget() string {
 // QueuedJob is the body of a message on the orchestrator-jobs queue: an accepted
 // command waiting for an orchestrator to claim it.
 type QueuedJob struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	JobId   string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Command *Command               `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The accepted command. Omitted when it would make the message too large
+	// for the bus; the orchestrator then reads it from the ledger.
+	Command *Command `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// Routing resolved at ingress, pinned for the job's whole life.
 	Routing    *Routing               `protobuf:"bytes,3,opt,name=routing,proto3" json:"routing,omitempty"`
 	AcceptTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
@@ -430,7 +444,7 @@ var File_lucius_v1_directive_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
-	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xea\a\n" +
+	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\x86\b\n" +
 	"\tDirective\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
@@ -464,7 +478,8 @@ const file_lucius_v1_directive_proto_rawDesc = "" +
 	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12)\n" +
 	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\x12>\n" +
 	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x12%\n" +
-	"\x0ecallback_token\x18\x19 \x01(\tR\rcallbackToken\"l\n" +
+	"\x0ecallback_token\x18\x19 \x01(\tR\rcallbackToken\x12\x1a\n" +
+	"\bdetached\x18\x1a \x01(\bR\bdetached\"l\n" +
 	"\x11CallbackEndpoints\x12\x17\n" +
 	"\aack_url\x18\x01 \x01(\tR\x06ackUrl\x12\x1d\n" +
 	"\n" +

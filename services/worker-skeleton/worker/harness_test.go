@@ -71,6 +71,27 @@ type fakeOrchestrator struct {
 	heartbeatErr     error
 	heartbeatErrs    []error
 	heartbeats       []heartbeatCall // every call, failed ones included
+	// detached answers GetDirective by job id (NOT_FOUND for others).
+	detached     map[string]*luciusv1.Directive
+	getDirective []*luciusv1.GetDirectiveRequest
+}
+
+func (f *fakeOrchestrator) GetDirective(_ context.Context, req *luciusv1.GetDirectiveRequest) (*luciusv1.GetDirectiveResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.getDirective = append(f.getDirective, req)
+	d, ok := f.detached[req.GetJobId()]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no detached directive")
+	}
+	return &luciusv1.GetDirectiveResponse{Directive: d}, nil
+}
+
+// getDirectiveCalls returns every GetDirective received so far.
+func (f *fakeOrchestrator) getDirectiveCalls() []*luciusv1.GetDirectiveRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*luciusv1.GetDirectiveRequest(nil), f.getDirective...)
 }
 
 // heartbeatCall is one Heartbeat the fake received, and what was already

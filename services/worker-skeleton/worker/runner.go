@@ -286,6 +286,13 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		}
 	})
 
+	if d.GetDetached() {
+		whole, stop := r.attach(ctx, rcv, m, keeper, d, log)
+		if stop {
+			return
+		}
+		d = whole
+	}
 	if stop := r.ack(ctx, rcv, m, keeper, d, pickedUp, log); stop {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -949,5 +950,62 @@ func TestRunnerReportsPollingWithoutAnEffect(t *testing.T) {
 	effects := e.effects(first.GetJobId())
 	if len(effects) != 1 || effects[0].attemptNo != 2 {
 		t.Errorf("worker_effects = %+v, want one, of attempt 2", effects)
+	}
+}
+
+// A detached directive (too large for its bus message) runs with the whole
+// directive the orchestrator keeps, fetched with the message's callback
+// token; one the orchestrator does not know is completed without running.
+func TestRunnerFetchesADetachedDirectiveBeforeRunningIt(t *testing.T) {
+	t.Parallel()
+	for _, known := range []bool{true, false} {
+		t.Run(fmt.Sprintf("known=%t", known), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			var payloads []string
+			var mu sync.Mutex
+			var runs counter
+			upper := upperExecutor(&runs)
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+				mu.Lock()
+				payloads = append(payloads, task.Directive.GetPayload().GetFields()["marker"].GetStringValue())
+				mu.Unlock()
+				return upper(ctx, task)
+			}))
+			whole := e.directive(e.writeInput("in.txt", []byte("big\n")))
+			whole.CallbackToken = "token-of-the-attempt"
+			whole.Payload, _ = structpb.NewStruct(map[string]any{"marker": "whole"})
+			stub := proto.CloneOf(whole)
+			stub.Payload, stub.Detached = nil, true
+			if known {
+				e.orch.script(func(f *fakeOrchestrator) {
+					f.detached = map[string]*luciusv1.Directive{whole.GetJobId(): whole}
+				})
+			}
+			e.publish(stub, msgID(stub, ""), nil)
+			e.waitFor("GetDirective", func() bool { return len(e.orch.getDirectiveCalls()) == 1 })
+			if known {
+				e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+			}
+			e.assertSettled()
+			e.stop()
+
+			call := e.orch.getDirectiveCalls()[0]
+			if call.GetJobId() != stub.GetJobId() || call.GetLeaseId() != stub.GetLeaseId() || call.GetAttemptNo() != 1 ||
+				call.GetCallbackToken() != "token-of-the-attempt" {
+				t.Errorf("GetDirective = %v", call)
+			}
+			acks, results := e.orch.calls()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case known && (len(acks) != 1 || len(results) != 1 || len(payloads) != 1 || payloads[0] != "whole"):
+				t.Errorf("%d ACK, %d RESULT, executor saw payloads %q; want one run with the whole directive", len(acks), len(results), payloads)
+			case known && results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED:
+				t.Errorf("RESULT = %v", results[0])
+			case !known && (len(acks) != 0 || len(results) != 0 || runs.get() != 0):
+				t.Errorf("an unknown detached directive ran: %d ACK, %d RESULT, %d runs", len(acks), len(results), runs.get())
+			}
+		})
 	}
 }

@@ -110,8 +110,12 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 		need := floodCfg.calmRate*floodStepDelay.Seconds() + float64(floodCfg.limit)
 		env["LUCIUS_WORKER_CONCURRENCY"] = strconv.Itoa(int(2 * need))
 	}
-	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
-	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out})
+	// LUCIUS_BUS=servicebus measures on Service Bus: the local test broker
+	// unless LUCIUS_SERVICEBUS_* name a namespace.
+	transport := os.Getenv("LUCIUS_BUS")
+	fmt.Printf("starting suite (durable PostgreSQL, %s bus, 2 orchestrators, %s workers)…\n", busName(transport),
+		map[bool]string{true: "real", false: "no-op"}[real])
+	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out, Bus: transport})
 	if err != nil {
 		return err
 	}
@@ -302,4 +306,16 @@ func logOutput(path string) (out io.Writer, closeLog func(), err error) {
 		return nil, nil, err
 	}
 	return f, func() { f.Close() }, nil
+}
+
+// busName says which transport a run measures.
+func busName(transport string) string {
+	switch {
+	case transport != "servicebus":
+		return "PostgreSQL"
+	case os.Getenv("LUCIUS_SERVICEBUS_CONNECTION_STRING") != "" || os.Getenv("LUCIUS_SERVICEBUS_NAMESPACE") != "":
+		return "Azure Service Bus"
+	default:
+		return "Service Bus test broker (local)"
+	}
 }

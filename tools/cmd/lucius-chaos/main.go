@@ -35,6 +35,7 @@ func main() {
 	logs := flag.String("logs", "", "file for the suite's log lines (default: discarded)")
 	quiet := flag.Bool("quiet", false, "print only the report, not the progress lines")
 	flag.Parse()
+	cfg.Bus = os.Getenv("LUCIUS_BUS") // servicebus: the test broker, or the namespace LUCIUS_SERVICEBUS_* name
 	passed, err := run(cfg, *logs, *quiet)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-chaos:", err)

@@ -112,6 +112,25 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	return resp, nil
 }
 
+// GetDirective returns the whole directive of an attempt whose bus message
+// was detached, to the worker holding that attempt's callback token.
+func (s *callbackService) GetDirective(ctx context.Context, req *luciusv1.GetDirectiveRequest) (*luciusv1.GetDirectiveResponse, error) {
+	if err := s.admit(ctx, "GET_DIRECTIVE", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
+		return nil, err
+	}
+	d, err := s.engine.DetachedDirective(ctx, req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId())
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, server.Error(codes.NotFound, server.ReasonDirectiveNotFound,
+			"no detached directive for this attempt", "job_id", req.GetJobId(), "step_id", req.GetStepId()).Err()
+	}
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	s.log.DebugContext(ctx, "detached directive fetched", telemetry.JobID(req.GetJobId()), telemetry.StepID(req.GetStepId()),
+		telemetry.AttemptNo(int(req.GetAttemptNo())))
+	return &luciusv1.GetDirectiveResponse{Directive: d}, nil
+}
+
 // record counts and logs an answered callback, with the correlation id the
 // worker echoed from its directive (also set on the call's span).
 func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32,
