@@ -5,8 +5,8 @@
 // filter rule Lucius declares, with the settings Lucius gives them, for
 // provisioning without running Lucius:
 //
-//   topology: two-topic-sets, with the default LUCIUS_* topology settings
-//   services: embedding, ocr, raster, sis, tiles
+//   topology: two-topic-sets (LUCIUS_TOPOLOGY must name the same)
+//   services with directive subscriptions: embedding, ocr, raster, sis, tiles
 //
 //   az deployment group create -g RG -f deploy/azure/servicebus.bicep -p namespaceName=NAME
 //
