@@ -73,6 +73,13 @@ check-generated: tools protodeps ## fail when contract/ is not what proto/ gener
 	@diff -r .build/gencheck/contract/lucius contract/lucius && diff -r .build/gencheck/contract/openapi contract/openapi \
 		|| { echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
 
+# deploy/azure/servicebus.bicep is generated like contract/; tools/bicep's test
+# (in make test) fails when it is stale.
+.PHONY: bicep
+bicep: ## regenerate deploy/azure/servicebus.bicep from core/topology
+	@mkdir -p .build
+	$(GO) run ./tools/cmd/lucius-bicep > .build/servicebus.bicep && mv .build/servicebus.bicep deploy/azure/servicebus.bicep
+
 # The contract must stay compatible with what has landed. The third-party
 # imports are not in git, so build an image of the base's proto/ in a
 # temporary worktree (with today's printed imports) and compare against it.

@@ -5,30 +5,65 @@
 package sbemulator
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"sort"
-	"time"
 
-	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/sbbus"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/tools/busentity"
 )
 
 // Render returns the emulator configuration for cfg.
 func Render(cfg topology.Config) ([]byte, error) {
-	r := &recorder{topics: map[string]*topicEntry{}}
-	if err := topology.Declare(context.Background(), r, cfg); err != nil {
+	set, err := busentity.Record(cfg)
+	if err != nil {
 		return nil, err
 	}
-	ns := namespace{Name: "sbemulatorns", Queues: r.queues}
-	names := make([]string, 0, len(r.topics))
-	for n := range r.topics {
-		names = append(names, n)
+	ns := namespace{Name: "sbemulatorns", Queues: []queueEntry{}, Topics: []topicEntry{}}
+	for _, q := range set.Queues {
+		ns.Queues = append(ns.Queues, queueEntry{Name: q.Name, Properties: map[string]any{
+			"DeadLetteringOnMessageExpiration":    q.Options.DeadLetterOnExpiration,
+			"DefaultMessageTimeToLive":            iso(q.Options.DefaultTTL),
+			"DuplicateDetectionHistoryTimeWindow": iso(q.Options.DuplicateDetectionWindow),
+			"ForwardDeadLetteredMessagesTo":       "",
+			"ForwardTo":                           "",
+			"LockDuration":                        iso(q.Options.LockDuration),
+			"MaxDeliveryCount":                    q.Options.MaxDeliveryCount,
+			"RequiresDuplicateDetection":          true,
+			"RequiresSession":                     false,
+		}})
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		ns.Topics = append(ns.Topics, *r.topics[n])
+	topics := append([]busentity.Topic(nil), set.Topics...)
+	sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
+	for _, t := range topics {
+		entry := topicEntry{Name: t.Name, Subscriptions: []subEntry{}, Properties: map[string]any{
+			"DefaultMessageTimeToLive":            iso(t.Options.DefaultTTL),
+			"DuplicateDetectionHistoryTimeWindow": iso(t.Options.DuplicateDetectionWindow),
+			"RequiresDuplicateDetection":          true,
+		}}
+		for _, s := range set.SubscriptionsOf(t.Name) {
+			ttl := s.Options.DefaultTTL
+			if ttl == 0 {
+				ttl = t.Options.DefaultTTL
+			}
+			sub := subEntry{Name: s.Name, Rules: []ruleEntry{}, Properties: map[string]any{
+				"DeadLetteringOnMessageExpiration": s.Options.DeadLetterOnExpiration,
+				"DefaultMessageTimeToLive":         iso(ttl),
+				"LockDuration":                     iso(s.Options.LockDuration),
+				"MaxDeliveryCount":                 s.Options.MaxDeliveryCount,
+				"ForwardDeadLetteredMessagesTo":    "",
+				"ForwardTo":                        "",
+				"RequiresSession":                  false,
+			}}
+			if len(s.Options.Filter) > 0 {
+				sub.Rules = append(sub.Rules, ruleEntry{Name: sbbus.FilterRuleName, Properties: map[string]any{
+					"FilterType":        "Correlation",
+					"CorrelationFilter": map[string]any{"Properties": s.Options.Filter},
+				}})
+			}
+			entry.Subscriptions = append(entry.Subscriptions, sub)
+		}
+		ns.Topics = append(ns.Topics, entry)
 	}
 	out := map[string]any{"UserConfig": map[string]any{"Namespaces": []namespace{ns}, "Logging": map[string]string{"Type": "File"}}}
 	b, err := json.MarshalIndent(out, "", "  ")
@@ -37,6 +72,8 @@ func Render(cfg topology.Config) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
+
+var iso = busentity.ISODuration
 
 type namespace struct {
 	Name   string       `json:"Name"`
@@ -64,94 +101,4 @@ type subEntry struct {
 type ruleEntry struct {
 	Name       string         `json:"Name"`
 	Properties map[string]any `json:"Properties"`
-}
-
-// recorder is a bus.Admin that records declarations instead of making them.
-type recorder struct {
-	queues []queueEntry
-	topics map[string]*topicEntry
-}
-
-func (r *recorder) EnsureQueue(_ context.Context, name string, o bus.QueueOptions) error {
-	r.queues = append(r.queues, queueEntry{Name: name, Properties: map[string]any{
-		"DeadLetteringOnMessageExpiration":    o.DeadLetterOnExpiration,
-		"DefaultMessageTimeToLive":            iso(or(o.DefaultTTL, bus.DefaultTTL)),
-		"DuplicateDetectionHistoryTimeWindow": iso(or(o.DuplicateDetectionWindow, bus.DefaultDuplicateDetection)),
-		"ForwardDeadLetteredMessagesTo":       "",
-		"ForwardTo":                           "",
-		"LockDuration":                        iso(or(o.LockDuration, bus.DefaultLockDuration)),
-		"MaxDeliveryCount":                    orInt(o.MaxDeliveryCount, bus.DefaultMaxDeliveryCount),
-		"RequiresDuplicateDetection":          true,
-		"RequiresSession":                     false,
-	}})
-	return nil
-}
-
-func (r *recorder) EnsureTopic(_ context.Context, name string, o bus.TopicOptions) error {
-	if _, ok := r.topics[name]; ok {
-		return nil
-	}
-	r.topics[name] = &topicEntry{Name: name, Subscriptions: []subEntry{}, Properties: map[string]any{
-		"DefaultMessageTimeToLive":            iso(or(o.DefaultTTL, bus.DefaultTTL)),
-		"DuplicateDetectionHistoryTimeWindow": iso(or(o.DuplicateDetectionWindow, bus.DefaultDuplicateDetection)),
-		"RequiresDuplicateDetection":          true,
-	}}
-	return nil
-}
-
-func (r *recorder) EnsureSubscription(_ context.Context, topic, name string, o bus.SubscriptionOptions) error {
-	t, ok := r.topics[topic]
-	if !ok {
-		return fmt.Errorf("subscription %s of undeclared topic %s", name, topic)
-	}
-	for _, s := range t.Subscriptions {
-		if s.Name == name {
-			return nil
-		}
-	}
-	sub := subEntry{Name: name, Rules: []ruleEntry{}, Properties: map[string]any{
-		"DeadLetteringOnMessageExpiration": o.DeadLetterOnExpiration,
-		"DefaultMessageTimeToLive":         iso(or(o.DefaultTTL, bus.DefaultTTL)),
-		"LockDuration":                     iso(or(o.LockDuration, bus.DefaultLockDuration)),
-		"MaxDeliveryCount":                 orInt(o.MaxDeliveryCount, bus.DefaultMaxDeliveryCount),
-		"ForwardDeadLetteredMessagesTo":    "",
-		"ForwardTo":                        "",
-		"RequiresSession":                  false,
-	}}
-	if len(o.Filter) > 0 {
-		sub.Rules = append(sub.Rules, ruleEntry{Name: "lucius-filter", Properties: map[string]any{
-			"FilterType":        "Correlation",
-			"CorrelationFilter": map[string]any{"Properties": o.Filter},
-		}})
-	}
-	t.Subscriptions = append(t.Subscriptions, sub)
-	return nil
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
-func orInt(n, def int) int {
-	if n == 0 {
-		return def
-	}
-	return n
-}
-
-// iso formats a duration as ISO 8601 (PT1M, P14D).
-func iso(d time.Duration) string {
-	if d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("P%dD", d/(24*time.Hour))
-	}
-	if d%time.Hour == 0 {
-		return fmt.Sprintf("PT%dH", d/time.Hour)
-	}
-	if d%time.Minute == 0 {
-		return fmt.Sprintf("PT%dM", d/time.Minute)
-	}
-	return fmt.Sprintf("PT%gS", d.Seconds())
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -49,15 +48,3 @@ func TestCommittedEmulatorConfigIsCurrent(t *testing.T) {
 		}
 	}
 }
-
-func TestISODurations(t *testing.T) {
-	t.Parallel()
-	for d, want := range map[string]string{"60s": "PT1M", "336h": "P14D", "10m": "PT10M", "1500ms": "PT1.5S", "2h": "PT2H"} {
-		parsed, _ := timeParse(d)
-		if got := iso(parsed); got != want {
-			t.Errorf("iso(%s) = %s, want %s", d, got, want)
-		}
-	}
-}
-
-func timeParse(s string) (time.Duration, error) { return time.ParseDuration(s) }
