@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 	"github.com/lucius-platform/lucius/core/bus/pgbus"
 )
 
@@ -163,32 +164,32 @@ func TestMetricsCountEveryOperationPerEntity(t *testing.T) {
 		attrs  []attribute.KeyValue
 		want   float64
 	}{
-		{pgbus.MetricSent, []attribute.KeyValue{entity("work")}, 5},
-		{pgbus.MetricSent, []attribute.KeyValue{entity("expires")}, 1},
-		{pgbus.MetricReceived, []attribute.KeyValue{entity("work")}, 5},
-		{pgbus.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "complete")}, 1},
-		{pgbus.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "abandon")}, 2},
-		{pgbus.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "deadletter")}, 1},
-		{pgbus.MetricRenewals, []attribute.KeyValue{entity("work")}, 1},
-		{pgbus.MetricLocksLost, []attribute.KeyValue{entity("work"), attribute.String("operation", "complete")}, 1},
-		{pgbus.MetricDeadLettered, []attribute.KeyValue{entity("work"), attribute.String("reason", "application")}, 1},
-		{pgbus.MetricDeadLettered, []attribute.KeyValue{entity("work"), attribute.String("reason", bus.ReasonMaxDeliveryCountExceeded)}, 1},
-		{pgbus.MetricDeadLettered, []attribute.KeyValue{entity("expires"), attribute.String("reason", bus.ReasonTTLExpired)}, 1},
-		{pgbus.MetricExpired, []attribute.KeyValue{entity("drops")}, 1},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("work"), attribute.String("state", "active")}, 1},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("work"), attribute.String("state", "scheduled")}, 1},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("work/$deadletterqueue"), attribute.String("state", "active")}, 2},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("expires/$deadletterqueue"), attribute.String("state", "active")}, 1},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("drops"), attribute.String("state", "active")}, 0},
-		{pgbus.MetricDepth, []attribute.KeyValue{entity("idle"), attribute.String("state", "active")}, 0},
-		{pgbus.MetricOldestAge, []attribute.KeyValue{entity("idle")}, 0},
+		{bustel.MetricSent, []attribute.KeyValue{entity("work")}, 5},
+		{bustel.MetricSent, []attribute.KeyValue{entity("expires")}, 1},
+		{bustel.MetricReceived, []attribute.KeyValue{entity("work")}, 5},
+		{bustel.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "complete")}, 1},
+		{bustel.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "abandon")}, 2},
+		{bustel.MetricSettled, []attribute.KeyValue{entity("work"), attribute.String("outcome", "deadletter")}, 1},
+		{bustel.MetricRenewals, []attribute.KeyValue{entity("work")}, 1},
+		{bustel.MetricLocksLost, []attribute.KeyValue{entity("work"), attribute.String("operation", "complete")}, 1},
+		{bustel.MetricDeadLettered, []attribute.KeyValue{entity("work"), attribute.String("reason", "application")}, 1},
+		{bustel.MetricDeadLettered, []attribute.KeyValue{entity("work"), attribute.String("reason", bus.ReasonMaxDeliveryCountExceeded)}, 1},
+		{bustel.MetricDeadLettered, []attribute.KeyValue{entity("expires"), attribute.String("reason", bus.ReasonTTLExpired)}, 1},
+		{bustel.MetricExpired, []attribute.KeyValue{entity("drops")}, 1},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("work"), attribute.String("state", "active")}, 1},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("work"), attribute.String("state", "scheduled")}, 1},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("work/$deadletterqueue"), attribute.String("state", "active")}, 2},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("expires/$deadletterqueue"), attribute.String("state", "active")}, 1},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("drops"), attribute.String("state", "active")}, 0},
+		{bustel.MetricDepth, []attribute.KeyValue{entity("idle"), attribute.String("state", "active")}, 0},
+		{bustel.MetricOldestAge, []attribute.KeyValue{entity("idle")}, 0},
 	} {
 		if got := tb.value(t, tt.metric, tt.attrs...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.metric, tt.attrs, got, tt.want)
 		}
 	}
-	if age := tb.value(t, pgbus.MetricOldestAge, entity("work")); age <= 0 || age > 60 {
-		t.Errorf("%s{work} = %v, want the age of the locked message (0 < age <= 60s)", pgbus.MetricOldestAge, age)
+	if age := tb.value(t, bustel.MetricOldestAge, entity("work")); age <= 0 || age > 60 {
+		t.Errorf("%s{work} = %v, want the age of the locked message (0 < age <= 60s)", bustel.MetricOldestAge, age)
 	}
 }
 
