@@ -86,7 +86,9 @@ type ServiceBusConfig struct {
 type ServiceBusFunc func(ctx context.Context, cfg ServiceBusConfig) (bus.Bus, error)
 
 // openServiceBus opens the Service Bus adapter, package sbbus, with cfg: what
-// ConfigFromEnv puts in Config.OpenServiceBus.
+// ConfigFromEnv puts in Config.OpenServiceBus. Like the PostgreSQL bus, it
+// reports its metrics and spans to the OpenTelemetry globals (sbbus.Config's
+// defaults), which package telemetry sets up before a process opens its bus.
 func openServiceBus(_ context.Context, cfg ServiceBusConfig) (bus.Bus, error) {
 	return sbbus.New(sbbus.Config{ConnectionString: cfg.ConnectionString, Namespace: cfg.Namespace,
 		SkipProvisioning: !cfg.Provision, AdminEndpoint: cfg.AdminEndpoint})

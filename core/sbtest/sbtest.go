@@ -7,7 +7,8 @@
 // token, peek-lock, $management renew-lock, schedule, cancel-scheduled and
 // peek) and serves the subset of the ATOM management REST API that
 // admin.Client uses to create and update queues, topics, subscriptions and
-// rules, so the adapter provisions entities on it exactly as on Azure.
+// rules and to read their runtime properties (message counts), so the adapter
+// provisions entities and reads queue depths on it exactly as on Azure.
 //
 // Start installs the broker's pinned npm dependencies with `npm ci` from
 // tools/sbbroker/package-lock.json into .build/sbbroker when they are missing,

@@ -146,6 +146,101 @@ func TestBrokerManagementOperations(t *testing.T) {
 	}
 }
 
+// The GET of a queue, topic or subscription carries its runtime properties,
+// counted as Service Bus counts them: a message scheduled to a topic counts
+// on the topic, not on its subscriptions. Peeks tell scheduled messages from
+// active ones.
+func TestBrokerReportsRuntimeProperties(t *testing.T) {
+	b := sbtest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	base, _ := url.Parse(b.AdminURL)
+	ac, err := admin.NewClientFromConnectionString(b.ConnectionString, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: redirect{base}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateQueue(ctx, "q", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateTopic(ctx, "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.CreateSubscription(ctx, "t", "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := azservicebus.NewClientFromConnectionString(b.ConnectionString, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	later := time.Now().Add(time.Hour)
+	for _, entity := range []string{"q", "t"} {
+		s, _ := c.NewSender(entity, nil)
+		for _, m := range []*azservicebus.Message{
+			{MessageID: to.Ptr("now"), Body: []byte("a")},
+			{MessageID: to.Ptr("dead"), Body: []byte("b")},
+			{MessageID: to.Ptr("later"), Body: []byte("c"), ScheduledEnqueueTime: &later},
+		} {
+			if err := s.SendMessage(ctx, m, nil); err != nil {
+				t.Fatalf("send to %s: %v", entity, err)
+			}
+		}
+	}
+	qr, err := c.NewReceiverForQueue("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := c.NewReceiverForSubscription("t", "s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*azservicebus.Receiver{qr, sr} {
+		msgs, err := r.ReceiveMessages(ctx, 1, nil)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("receive: %v %v", msgs, err)
+		}
+		if err := r.DeadLetterMessage(ctx, msgs[0], nil); err != nil {
+			t.Fatalf("dead-letter: %v", err)
+		}
+	}
+
+	q, err := ac.GetQueueRuntimeProperties(ctx, "q", nil)
+	if err != nil || q == nil {
+		t.Fatalf("queue runtime properties: %v %v", q, err)
+	}
+	if q.ActiveMessageCount != 1 || q.ScheduledMessageCount != 1 || q.DeadLetterMessageCount != 1 || q.TotalMessageCount != 3 {
+		t.Errorf("queue runtime properties %+v, want 1 active, 1 scheduled, 1 dead-lettered, 3 in all", q.QueueRuntimeProperties)
+	}
+	sub, err := ac.GetSubscriptionRuntimeProperties(ctx, "t", "s", nil)
+	if err != nil || sub == nil {
+		t.Fatalf("subscription runtime properties: %v %v", sub, err)
+	}
+	if sub.ActiveMessageCount != 1 || sub.DeadLetterMessageCount != 1 {
+		t.Errorf("subscription runtime properties %+v, want 1 active, 1 dead-lettered", sub.SubscriptionRuntimeProperties)
+	}
+	topic, err := ac.GetTopicRuntimeProperties(ctx, "t", nil)
+	if err != nil || topic == nil || topic.ScheduledMessageCount != 1 {
+		t.Errorf("topic runtime properties %+v, %v; want 1 scheduled", topic, err)
+	}
+	if missing, err := ac.GetQueueRuntimeProperties(ctx, "absent", nil); missing != nil || err != nil {
+		t.Errorf("runtime properties of a missing queue: %v, %v; want nil, nil (the SDK's not found)", missing, err)
+	}
+
+	peeked, err := qr.PeekMessages(ctx, 10, &azservicebus.PeekMessagesOptions{FromSequenceNumber: to.Ptr[int64](1)})
+	if err != nil || len(peeked) != 2 {
+		t.Fatalf("peek: %d messages, %v", len(peeked), err)
+	}
+	for _, m := range peeked {
+		want := azservicebus.MessageStateActive
+		if m.MessageID == "later" {
+			want = azservicebus.MessageStateScheduled
+		}
+		if m.State != want {
+			t.Errorf("peeked %s in state %v, want %v", m.MessageID, m.State, want)
+		}
+	}
+}
+
 // Filters the broker cannot evaluate are refused rather than matched wrongly.
 func TestBrokerRefusesSQLFilters(t *testing.T) {
 	b := sbtest.Start(t)

@@ -26,7 +26,12 @@
 //   - Annotations x-opt-sequence-number, x-opt-enqueued-time,
 //     x-opt-locked-until, x-opt-scheduled-enqueue-time, x-opt-deadletter-source.
 //   - $management: renew-lock, update-disposition, schedule-message,
-//     cancel-scheduled-message, peek-message.
+//     cancel-scheduled-message, peek-message (x-opt-message-state scheduled
+//     or active).
+//   - Runtime properties in the GET of a queue, topic or subscription
+//     (MessageCount and CountDetails: active, scheduled and dead-letter
+//     counts). As on Service Bus, a message scheduled to a topic counts on
+//     the topic until its time, not on its subscriptions.
 //   - "q/$deadletterqueue" and "t/subscriptions/s/$deadletterqueue".
 //
 // Not supported: sessions, deferral's receive-by-sequence-number,
@@ -506,7 +511,11 @@ function management(context, address, req) {
       const count = Number(body['message-count'] || 1);
       const found = target.store.messages.filter((r) => r.seq >= from).slice(0, count);
       if (!found.length) return respond(context.connection, req, 204, 'No messages');
-      const messages = found.map((r) => ({ message: amqpMessage.encode(outgoing(r, false)) }));
+      const messages = found.map((r) => {
+        const m = outgoing(r, false);
+        m.message_annotations['x-opt-message-state'] = types.wrap_int(r.availableAt > now ? 2 : 0); // 2: scheduled
+        return { message: amqpMessage.encode(m) };
+      });
       return respond(context.connection, req, 200, '', { messages });
     }
     default:
@@ -633,6 +642,38 @@ function entry(title, body) {
   return '<entry xmlns="http://www.w3.org/2005/Atom"><title type="text">' + title + '</title><content type="application/xml">' + body + '</content></entry>';
 }
 
+// counts are a store's message counts as its runtime properties report them.
+function counts(store, now) {
+  sweep(store, now);
+  let active = 0;
+  let scheduled = 0;
+  for (const r of store.messages) if (r.availableAt > now) scheduled++; else active++;
+  return { active, scheduled, dead: store.dlq.messages.length };
+}
+
+// topicCounts counts the messages scheduled to a topic: Service Bus keeps
+// them in the topic until their time (the broker keeps their copies in the
+// subscriptions, so its subscriptions leave them out).
+function topicCounts(t, now) {
+  const seqs = new Set();
+  for (const s of t.subs.values()) for (const r of s.store.messages) if (r.availableAt > now) seqs.add(r.seq);
+  return { active: 0, scheduled: seqs.size, dead: 0 };
+}
+
+// withRuntime adds the runtime properties the admin client's
+// Get*RuntimeProperties read to an entity's stored description (the
+// timestamps are the request's).
+function withRuntime(xml, c) {
+  const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+  const count = (name, v) => '<d2p1:' + name + '>' + v + '</d2p1:' + name + '>';
+  const runtime = '<MessageCount>' + (c.active + c.scheduled + c.dead) + '</MessageCount><SizeInBytes>0</SizeInBytes>' +
+    '<CreatedAt>' + now + '</CreatedAt><UpdatedAt>' + now + '</UpdatedAt><AccessedAt>' + now + '</AccessedAt>' +
+    '<CountDetails xmlns:d2p1="http://schemas.microsoft.com/netservices/2011/06/servicebus">' +
+    count('ActiveMessageCount', c.active) + count('DeadLetterMessageCount', c.dead) + count('ScheduledMessageCount', c.scheduled) +
+    count('TransferMessageCount', 0) + count('TransferDeadLetterMessageCount', 0) + '</CountDetails>';
+  return xml.replace(/(<\/(?:\w+:)?(?:Queue|Topic|Subscription)Description>\s*)$/, runtime + '$1');
+}
+
 function handleHTTP(req, res) {
   let data = '';
   req.on('data', (c) => { data += c; });
@@ -653,7 +694,11 @@ function handleHTTP(req, res) {
         const isTopic = /TopicDescription/.test(content) || (req.method !== 'PUT' && topics.has(name));
         const map = isTopic ? topics : queues;
         const other = isTopic ? queues : topics;
-        if (req.method === 'GET') return map.has(name) ? reply(200, entry(parts[0], map.get(name).xml)) : reply(404);
+        if (req.method === 'GET') {
+          const e = map.get(name);
+          if (!e) return reply(404);
+          return reply(200, entry(parts[0], withRuntime(e.xml, isTopic ? topicCounts(e, Date.now()) : counts(e.store, Date.now()))));
+        }
         if (req.method === 'DELETE') return map.delete(name) ? reply(200) : reply(404);
         if (req.method !== 'PUT') return reply(405);
         const props = queueProps(content);
@@ -675,7 +720,11 @@ function handleHTTP(req, res) {
         if (!t) return reply(404, 'topic not found');
         const subName = names[2];
         if (parts.length === 3) {
-          if (req.method === 'GET') return t.subs.has(subName) ? reply(200, entry(parts[2], t.subs.get(subName).xml)) : reply(404);
+          if (req.method === 'GET') {
+            const s = t.subs.get(subName);
+            if (!s) return reply(404);
+            return reply(200, entry(parts[2], withRuntime(s.xml, Object.assign(counts(s.store, Date.now()), { scheduled: 0 }))));
+          }
           if (req.method === 'DELETE') return t.subs.delete(subName) ? reply(200) : reply(404);
           const props = queueProps(content);
           props.requiresDuplicateDetection = false;

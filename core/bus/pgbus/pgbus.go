@@ -44,12 +44,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/migrate"
 )
@@ -80,7 +80,7 @@ type Config struct {
 	PurgeInterval time.Duration
 	// Logger receives listener reconnects and claim errors. Default slog.Default().
 	Logger *slog.Logger
-	// MeterProvider and TracerProvider receive the bus's metrics (Metric*
+	// MeterProvider and TracerProvider receive the bus's metrics (bustel.Metric*
 	// names) and its send and receive spans. Default: the OpenTelemetry
 	// globals.
 	MeterProvider  metric.MeterProvider
@@ -123,15 +123,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	if c.Propagator == nil {
-		c.Propagator = otel.GetTextMapPropagator()
-	}
 	return c
 }
 
@@ -146,7 +137,7 @@ type Bus struct {
 	listener  *listener
 	notifier  *notifier
 	completer *completer
-	tel       *instruments
+	tel       *bustel.Instruments
 
 	claims atomic.Int64 // claim statements run, for tests
 	polls  atomic.Int64 // poll statements run, for tests
@@ -201,7 +192,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Bus, error) {
 	}
 	b.tel = tel
 	if err := b.listener.connect(ctx); err != nil {
-		tel.depth.Unregister() //nolint:errcheck
+		tel.Close() //nolint:errcheck
 		return nil, fmt.Errorf("pgbus: %w", err)
 	}
 	bg, stop := context.WithCancel(context.Background())
@@ -219,7 +210,7 @@ func (b *Bus) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		close(b.done)
 		b.stop()
-		if err := b.tel.depth.Unregister(); err != nil {
+		if err := b.tel.Close(); err != nil {
 			b.log.WarnContext(ctx, "unregister queue depth metrics", "error", err)
 		}
 	})

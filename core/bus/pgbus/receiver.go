@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 )
 
 // minRetry is the shortest wait between claims. An empty claim that saw
@@ -216,13 +217,11 @@ func (r *receiver) claim(ctx context.Context, maxMessages int) (msgs []*bus.Rece
 		r.b.announce([]string{r.deadQueue})
 	}
 	tel := r.b.tel
-	tel.deadLetteredN(ctx, r.path, bus.ReasonTTLExpired, c.ttlExpired)
-	tel.deadLetteredN(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, c.maxDelivered)
-	if c.dropped > 0 {
-		tel.expired.Add(ctx, c.dropped, entityAttr(r.path))
-	}
+	tel.DeadLettered(ctx, r.path, bus.ReasonTTLExpired, c.ttlExpired)
+	tel.DeadLettered(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, c.maxDelivered)
+	tel.Expired(ctx, r.path, c.dropped)
 	if len(msgs) > 0 {
-		tel.receivedFrom(ctx, r.path, start, msgs)
+		tel.Received(ctx, r.path, start, msgs)
 	}
 	wait = untilWoken
 	if c.nextInUS != nil {
@@ -249,15 +248,15 @@ func (r *receiver) lockOf(op string, m *bus.Received) error {
 // Complete removes the message. Concurrent completions share statements.
 func (r *receiver) Complete(ctx context.Context, m *bus.Received) error {
 	if err := r.lockOf("complete", m); err != nil {
-		r.b.tel.lockLost(ctx, r.path, "complete", err)
+		r.b.tel.LockLost(ctx, r.path, bustel.Complete, err)
 		return err
 	}
 	err := r.b.completer.complete(ctx, r.b.done, m.SequenceNumber, m.LockToken, r.path)
 	if err != nil {
-		r.b.tel.lockLost(ctx, r.path, "complete", err)
+		r.b.tel.LockLost(ctx, r.path, bustel.Complete, err)
 		return err
 	}
-	r.b.tel.settledOK(ctx, r.path, "complete")
+	r.b.tel.Settled(ctx, r.path, bustel.Complete)
 	return nil
 }
 
@@ -265,22 +264,22 @@ func (r *receiver) Complete(ctx context.Context, m *bus.Received) error {
 // dead-letters it if it has used up its deliveries.
 func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
 	if err := r.lockOf("abandon", m); err != nil {
-		r.b.tel.lockLost(ctx, r.path, "abandon", err)
+		r.b.tel.LockLost(ctx, r.path, bustel.Abandon, err)
 		return err
 	}
 	var path string
 	err := r.b.pool.QueryRow(ctx, qAbandon, m.SequenceNumber, m.LockToken, r.path,
 		r.deadQueue, r.isDLQ, r.owner).Scan(&path)
 	if errors.Is(err, pgx.ErrNoRows) {
-		r.b.tel.lockLost(ctx, r.path, "abandon", bus.ErrLockLost)
+		r.b.tel.LockLost(ctx, r.path, bustel.Abandon, bus.ErrLockLost)
 		return fmt.Errorf("abandon %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
 	if err != nil {
 		return fmt.Errorf("abandon %s seq %d: %w", r.path, m.SequenceNumber, err)
 	}
-	r.b.tel.settledOK(ctx, r.path, "abandon")
+	r.b.tel.Settled(ctx, r.path, bustel.Abandon)
 	if path == r.deadQueue && !r.isDLQ { // it had used up its deliveries
-		r.b.tel.deadLetteredN(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, 1)
+		r.b.tel.DeadLettered(ctx, r.path, bus.ReasonMaxDeliveryCountExceeded, 1)
 	}
 	r.b.announce([]string{path})
 	return nil
@@ -290,7 +289,7 @@ func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
 // description. Messages of a dead-letter queue cannot be dead-lettered again.
 func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, description string) error {
 	if err := r.lockOf("dead-letter", m); err != nil {
-		r.b.tel.lockLost(ctx, r.path, "deadletter", err)
+		r.b.tel.LockLost(ctx, r.path, bustel.DeadLetter, err)
 		return err
 	}
 	if r.isDLQ {
@@ -302,11 +301,11 @@ func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, desc
 		return fmt.Errorf("dead-letter %s seq %d: %w", r.path, m.SequenceNumber, err)
 	}
 	if tag.RowsAffected() == 0 {
-		r.b.tel.lockLost(ctx, r.path, "deadletter", bus.ErrLockLost)
+		r.b.tel.LockLost(ctx, r.path, bustel.DeadLetter, bus.ErrLockLost)
 		return fmt.Errorf("dead-letter %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
-	r.b.tel.settledOK(ctx, r.path, "deadletter")
-	r.b.tel.deadLetteredN(ctx, r.path, reasonApplication, 1)
+	r.b.tel.Settled(ctx, r.path, bustel.DeadLetter)
+	r.b.tel.DeadLettered(ctx, r.path, bustel.ReasonApplication, 1)
 	r.b.announce([]string{r.deadQueue})
 	return nil
 }
@@ -315,19 +314,19 @@ func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, desc
 // updates m.LockedUntil.
 func (r *receiver) RenewLock(ctx context.Context, m *bus.Received) (time.Time, error) {
 	if err := r.lockOf("renew lock", m); err != nil {
-		r.b.tel.lockLost(ctx, r.path, "renew", err)
+		r.b.tel.LockLost(ctx, r.path, bustel.Renew, err)
 		return time.Time{}, err
 	}
 	var until time.Time
 	err := r.b.pool.QueryRow(ctx, qRenewLock, m.SequenceNumber, m.LockToken, r.path, r.owner).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		r.b.tel.lockLost(ctx, r.path, "renew", bus.ErrLockLost)
+		r.b.tel.LockLost(ctx, r.path, bustel.Renew, bus.ErrLockLost)
 		return time.Time{}, fmt.Errorf("renew lock %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("renew lock %s seq %d: %w", r.path, m.SequenceNumber, err)
 	}
-	r.b.tel.renewals.Add(ctx, 1, entityAttr(r.path))
+	r.b.tel.Renewed(ctx, r.path)
 	m.LockedUntil = until
 	return until, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 )
 
 // sender publishes to one queue or topic.
@@ -27,13 +28,13 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 	if s.isClosed() {
 		return fmt.Errorf("send to %s: %w", s.entity, bus.ErrClosed)
 	}
-	ctx, span, msgs := s.b.tel.startSend(ctx, s.entity, msgs)
+	ctx, span, msgs := s.b.tel.StartSend(ctx, s.entity, msgs)
 	paths, err := send(ctx, s.b.pool, s.entity, msgs)
-	endSpan(span, err)
+	bustel.EndSpan(span, err)
 	if err != nil {
 		return err
 	}
-	s.b.tel.sent.Add(ctx, int64(len(msgs)), entityAttr(s.entity))
+	s.b.tel.Sent(ctx, s.entity, len(msgs))
 	s.b.announce(paths)
 	return nil
 }
@@ -41,20 +42,20 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 // SendInTx publishes msgs to entity with tx, a transaction on the Bus's
 // database (see InDatabase): they become visible when tx commits, and are
 // gone if it rolls back. After the commit, call announce to wake their
-// receivers (and count them in MetricSent). It implements bus.TxPublisher.
+// receivers (and count them in bustel.MetricSent). It implements bus.TxPublisher.
 func (b *Bus) SendInTx(ctx context.Context, tx pgx.Tx, entity string, msgs ...bus.Message) (announce func(), err error) {
 	if b.closed() {
 		return nil, fmt.Errorf("send to %s: %w", entity, bus.ErrClosed)
 	}
-	ctx, span, msgs := b.tel.startSend(ctx, entity, msgs)
+	ctx, span, msgs := b.tel.StartSend(ctx, entity, msgs)
 	paths, err := send(ctx, tx, entity, msgs)
-	endSpan(span, err)
+	bustel.EndSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
-	n := int64(len(msgs))
+	n := len(msgs)
 	return func() {
-		b.tel.sent.Add(context.WithoutCancel(ctx), n, entityAttr(entity))
+		b.tel.Sent(context.WithoutCancel(ctx), entity, n)
 		b.announce(paths)
 	}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 )
 
 // NewReceiver receives from a queue, a subscription or a dead-letter queue
@@ -43,7 +44,7 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 		}
 		return nil, mapErr("new receiver "+src.Path(), err)
 	}
-	out := &receiver{b: b, r: r, src: src, done: make(chan struct{})}
+	out := &receiver{b: b, r: r, src: src, path: src.Path(), done: make(chan struct{})}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -51,13 +52,15 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 		return nil, bus.ErrClosed
 	}
 	b.receivers[out] = struct{}{}
+	b.tracked(src, nil)
 	return out, nil
 }
 
 type receiver struct {
-	b   *Bus
-	r   *azservicebus.Receiver
-	src bus.Source
+	b    *Bus
+	r    *azservicebus.Receiver
+	src  bus.Source
+	path string // src.Path(), the entity of its metrics and spans
 
 	once sync.Once
 	done chan struct{}
@@ -95,6 +98,7 @@ func (r *receiver) Receive(ctx context.Context, max int) ([]*bus.Received, error
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		start := time.Now()
 		msgs, err := r.receiveOnce(ctx, max)
 		if r.closed() {
 			r.abandonAll(msgs)
@@ -111,6 +115,7 @@ func (r *receiver) Receive(ctx context.Context, max int) ([]*bus.Received, error
 			for i, m := range msgs {
 				out[i] = r.fromSDK(m)
 			}
+			r.b.tel.Received(ctx, r.path, start, out)
 			return out, nil
 		}
 		// The SDK returns nothing and no error after recovering a link: wait again.
@@ -201,8 +206,8 @@ func (r *receiver) fromSDK(m *azservicebus.ReceivedMessage) *bus.Received {
 }
 
 // settle runs fn on m's message unless it was settled already; a success or a
-// lost lock makes it settled.
-func (r *receiver) settle(ctx context.Context, m *bus.Received, what string, fn func(*azservicebus.ReceivedMessage) error) error {
+// lost lock makes it settled. It counts the outcome op or the lost lock.
+func (r *receiver) settle(ctx context.Context, m *bus.Received, what string, op bustel.Op, fn func(*azservicebus.ReceivedMessage) error) error {
 	if r.closed() {
 		return bus.ErrClosed
 	}
@@ -213,33 +218,43 @@ func (r *receiver) settle(ctx context.Context, m *bus.Received, what string, fn 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.settled {
+		r.b.tel.LockLost(ctx, r.path, op, bus.ErrLockLost)
 		return fmt.Errorf("sbbus: %s %s: already settled: %w", what, m.ID, bus.ErrLockLost)
 	}
 	err := mapErr(what+" "+m.ID, fn(h.msg))
-	if err == nil || errors.Is(err, bus.ErrLockLost) {
+	switch {
+	case err == nil:
 		h.settled = true
-	} else if r.closed() {
+		r.b.tel.Settled(ctx, r.path, op)
+	case errors.Is(err, bus.ErrLockLost):
+		h.settled = true
+		r.b.tel.LockLost(ctx, r.path, op, err)
+	case r.closed():
 		return bus.ErrClosed
 	}
 	return err
 }
 
 func (r *receiver) Complete(ctx context.Context, m *bus.Received) error {
-	return r.settle(ctx, m, "complete", func(msg *azservicebus.ReceivedMessage) error {
+	return r.settle(ctx, m, "complete", bustel.Complete, func(msg *azservicebus.ReceivedMessage) error {
 		return r.r.CompleteMessage(ctx, msg, nil)
 	})
 }
 
 func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
-	return r.settle(ctx, m, "abandon", func(msg *azservicebus.ReceivedMessage) error {
+	return r.settle(ctx, m, "abandon", bustel.Abandon, func(msg *azservicebus.ReceivedMessage) error {
 		return r.r.AbandonMessage(ctx, msg, nil)
 	})
 }
 
 func (r *receiver) DeadLetter(ctx context.Context, m *bus.Received, reason, description string) error {
-	return r.settle(ctx, m, "dead-letter", func(msg *azservicebus.ReceivedMessage) error {
+	err := r.settle(ctx, m, "dead-letter", bustel.DeadLetter, func(msg *azservicebus.ReceivedMessage) error {
 		return r.r.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &description})
 	})
+	if err == nil {
+		r.b.tel.DeadLettered(ctx, r.path, bustel.ReasonApplication, 1)
+	}
+	return err
 }
 
 // RenewLock extends m's lock by the entity's lock duration and updates m.LockedUntil.
@@ -254,15 +269,18 @@ func (r *receiver) RenewLock(ctx context.Context, m *bus.Received) (time.Time, e
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.settled {
+		r.b.tel.LockLost(ctx, r.path, bustel.Renew, bus.ErrLockLost)
 		return time.Time{}, fmt.Errorf("sbbus: renew lock %s: already settled: %w", m.ID, bus.ErrLockLost)
 	}
 	if err := r.r.RenewMessageLock(ctx, h.msg, nil); err != nil {
 		err = mapErr("renew lock "+m.ID, err)
 		if errors.Is(err, bus.ErrLockLost) {
 			h.settled = true
+			r.b.tel.LockLost(ctx, r.path, bustel.Renew, err)
 		}
 		return time.Time{}, err
 	}
+	r.b.tel.Renewed(ctx, r.path)
 	if h.msg.LockedUntil != nil {
 		m.LockedUntil = *h.msg.LockedUntil
 	}

@@ -57,6 +57,35 @@
 // (LUCIUS_SERVICEBUS_ADMIN_ENDPOINT) sends the admin client to a plain-HTTP
 // management endpoint such as the emulator's; the test broker serves the
 // management API too, so tests provision as production does.
+//
+// # Metrics and traces
+//
+// The Bus reports the metrics of package bustel (lucius_bus_*) and its send
+// and receive spans as pgbus does, with messaging.system "servicebus": a
+// send puts its span's trace context in the application properties of the
+// messages that carry none, and a receive span (the SDK's receive call, its
+// wait for a message included) links to each message's.
+// Messages dead-lettered by Service Bus itself (MaxDeliveryCountExceeded,
+// TTLExpiredException) and expired messages dropped never pass through the
+// adapter: bustel.MetricDeadLettered counts only reason "application", and
+// bustel.MetricExpired stays at zero; the dead-letter queues' depth shows the
+// rest.
+//
+// The depth gauges cover every queue, topic and subscription the Bus has
+// declared (Ensure*) or received from, not the whole namespace: each process
+// reports the entities it uses, so aggregate with max across processes. A
+// reading takes, per queue or subscription, one GET of its runtime
+// properties from the management API (active, scheduled and dead-letter
+// counts) and, for it and its dead-letter queue when they hold messages, a
+// peek of up to 10 messages (rarely more: up to 3 pages while it finds only
+// scheduled ones) for the oldest active message's age, which Service Bus
+// does not report; per topic, one GET for the messages scheduled to it, which
+// Service Bus keeps in the topic until their time (a subscription's scheduled
+// count is always 0). A reading is reused for Config.DepthInterval (10s), so
+// scrapes by several collectors cost one reading, and is bounded by
+// bustel.DepthTimeout. Reading runtime properties needs the Manage right: a
+// Bus refused it (SkipProvisioning with only Data Sender and Receiver) logs a
+// warning once and reports no depth.
 package sbbus
 
 import (
@@ -76,8 +105,12 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/Azure/go-amqp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/bus/bustel"
 )
 
 // The environment variables of a Config; package busconfig reads them.
@@ -113,7 +146,25 @@ type Config struct {
 	AdminEndpoint string
 	// Logger receives warnings. Default: slog.Default().
 	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive the bus's metrics
+	// (bustel.Metric* names) and its send and receive spans. Default: the
+	// OpenTelemetry globals.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Propagator writes trace context into the application properties of
+	// messages sent and reads it from those received. Default: the
+	// OpenTelemetry global (W3C trace context and baggage once package
+	// telemetry has set up the process).
+	Propagator propagation.TextMapPropagator
+	// DepthInterval is how long a reading of the depth gauges (runtime
+	// properties and peeks, see the package doc) is reused. Default
+	// DefaultDepthInterval; negative: no depth gauges.
+	DepthInterval time.Duration
 }
+
+// system is the attribute messaging.system of the spans: OpenTelemetry's
+// name for Azure Service Bus.
+const system = "servicebus"
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
@@ -139,6 +190,8 @@ type Bus struct {
 	admin     *admin.Client
 	provision bool
 	log       *slog.Logger
+	tel       *bustel.Instruments
+	depth     *depthReader // nil: no depth gauges
 
 	mu        sync.Mutex
 	closed    bool
@@ -169,29 +222,47 @@ func New(cfg Config) (*Bus, error) {
 	if b.log == nil {
 		b.log = slog.Default()
 	}
+	if err := b.connect(cfg, &adminOpts); err != nil {
+		return nil, err
+	}
+	telCfg := bustel.Config{System: system, MeterProvider: cfg.MeterProvider,
+		TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator}
+	if cfg.DepthInterval >= 0 {
+		b.depth = newDepthReader(b, orDefault(cfg.DepthInterval, DefaultDepthInterval))
+		telCfg.Depth = b.depth.read
+	}
+	var err error
+	if b.tel, err = bustel.New(telCfg); err != nil {
+		return nil, fmt.Errorf("sbbus: %w", err)
+	}
+	return b, nil
+}
+
+// connect creates the messaging and admin clients.
+func (b *Bus) connect(cfg Config, adminOpts *admin.ClientOptions) error {
 	var err error
 	if cfg.ConnectionString != "" {
 		if b.client, err = azservicebus.NewClientFromConnectionString(cfg.ConnectionString, nil); err != nil {
-			return nil, fmt.Errorf("sbbus: %w", err)
+			return fmt.Errorf("sbbus: %w", err)
 		}
-		if b.admin, err = admin.NewClientFromConnectionString(cfg.ConnectionString, &adminOpts); err != nil {
-			return nil, fmt.Errorf("sbbus: admin client: %w", err)
+		if b.admin, err = admin.NewClientFromConnectionString(cfg.ConnectionString, adminOpts); err != nil {
+			return fmt.Errorf("sbbus: admin client: %w", err)
 		}
-		return b, nil
+		return nil
 	}
 	cred := cfg.Credential
 	if cred == nil {
 		if cred, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
-			return nil, fmt.Errorf("sbbus: default Azure credential: %w", err)
+			return fmt.Errorf("sbbus: default Azure credential: %w", err)
 		}
 	}
 	if b.client, err = azservicebus.NewClient(cfg.Namespace, cred, nil); err != nil {
-		return nil, fmt.Errorf("sbbus: %w", err)
+		return fmt.Errorf("sbbus: %w", err)
 	}
-	if b.admin, err = admin.NewClient(cfg.Namespace, cred, &adminOpts); err != nil {
-		return nil, fmt.Errorf("sbbus: admin client: %w", err)
+	if b.admin, err = admin.NewClient(cfg.Namespace, cred, adminOpts); err != nil {
+		return fmt.Errorf("sbbus: admin client: %w", err)
 	}
-	return b, nil
+	return nil
 }
 
 // redirect sends the admin client's requests to another base URL (the SDK
@@ -221,6 +292,9 @@ func (b *Bus) Close(ctx context.Context) error {
 	senders, receivers := b.senders, b.receivers
 	b.senders, b.receivers = nil, nil
 	b.mu.Unlock()
+	if err := b.tel.Close(); err != nil {
+		b.log.WarnContext(ctx, "sbbus: unregister the queue depth metrics", "err", err)
+	}
 	for s := range senders {
 		s.Close(ctx) //nolint:errcheck // the client closes below
 	}
@@ -249,7 +323,7 @@ func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOption
 		return bus.ErrClosed
 	}
 	if !b.provision {
-		return b.checkExists(ctx, bus.QueueSource(name), name)
+		return b.tracked(bus.QueueSource(name), b.checkExists(ctx, bus.QueueSource(name), name))
 	}
 	props := admin.QueueProperties{
 		LockDuration:                        duration(orDefault(opts.LockDuration, bus.DefaultLockDuration)),
@@ -263,7 +337,7 @@ func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOption
 	if statusCode(err) == http.StatusConflict {
 		_, err = b.admin.UpdateQueue(ctx, name, props, nil)
 	}
-	return mapErr("ensure queue "+name, err)
+	return b.tracked(bus.QueueSource(name), mapErr("ensure queue "+name, err))
 }
 
 func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOptions) error {
@@ -271,7 +345,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOption
 		return bus.ErrClosed
 	}
 	if !b.provision {
-		return b.checkExists(ctx, bus.Source{}, name)
+		return b.tracked(bus.Source{Topic: name}, b.checkExists(ctx, bus.Source{}, name))
 	}
 	props := admin.TopicProperties{
 		DefaultMessageTimeToLive:            duration(orDefault(opts.DefaultTTL, bus.DefaultTTL)),
@@ -282,7 +356,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOption
 	if statusCode(err) == http.StatusConflict {
 		_, err = b.admin.UpdateTopic(ctx, name, props, nil)
 	}
-	return mapErr("ensure topic "+name, err)
+	return b.tracked(bus.Source{Topic: name}, mapErr("ensure topic "+name, err))
 }
 
 func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts bus.SubscriptionOptions) error {
@@ -290,8 +364,9 @@ func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts b
 		return bus.ErrClosed
 	}
 	what := "ensure subscription " + topic + "/" + name
+	src := bus.SubscriptionSource(topic, name)
 	if !b.provision {
-		return b.checkExists(ctx, bus.SubscriptionSource(topic, name), "")
+		return b.tracked(src, b.checkExists(ctx, src, ""))
 	}
 	props := admin.SubscriptionProperties{
 		LockDuration:                     duration(orDefault(opts.LockDuration, bus.DefaultLockDuration)),
@@ -306,7 +381,7 @@ func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts b
 	create.DefaultRule = &admin.RuleProperties{Name: FilterRuleName, Filter: filter}
 	_, err := b.admin.CreateSubscription(ctx, topic, name, &admin.CreateSubscriptionOptions{Properties: &create})
 	if statusCode(err) != http.StatusConflict {
-		return mapErr(what, err)
+		return b.tracked(src, mapErr(what, err))
 	}
 	// It exists: update it and its rule. Concurrent declarers all end here.
 	if _, err := b.admin.UpdateSubscription(ctx, topic, name, props, nil); err != nil {
@@ -322,7 +397,17 @@ func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts b
 	if _, err := b.admin.DeleteRule(ctx, topic, name, "$Default", nil); err != nil && statusCode(err) != http.StatusNotFound {
 		return mapErr(what+": remove $Default", err)
 	}
-	return nil
+	return b.tracked(src, nil)
+}
+
+// tracked adds src's entity to those whose depth the Bus reports unless err
+// is set, and returns err.
+func (b *Bus) tracked(src bus.Source, err error) error {
+	if err == nil && b.depth != nil {
+		src.DeadLetter = false
+		b.depth.track(src)
+	}
+	return err
 }
 
 func ruleFilter(filter map[string]string) admin.RuleFilter {
@@ -423,7 +508,8 @@ func (s *sender) closed() bool {
 	}
 }
 
-// Send sends msgs in as few batches as fit (see the package doc on atomicity).
+// Send sends msgs in as few batches as fit (see the package doc on
+// atomicity), in a span whose trace context the messages carry.
 func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 	if s.closed() {
 		return bus.ErrClosed
@@ -431,6 +517,14 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	ctx, span, msgs := s.b.tel.StartSend(ctx, s.entity, msgs)
+	err := s.send(ctx, msgs)
+	bustel.EndSpan(span, err)
+	return err
+}
+
+// send sends msgs in batches, counting each batch sent.
+func (s *sender) send(ctx context.Context, msgs []bus.Message) error {
 	batch, err := s.s.NewMessageBatch(ctx, nil)
 	if err != nil {
 		return s.err(err)
@@ -442,8 +536,8 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 		m := toSDK(&msgs[i])
 		err := batch.AddMessage(m, nil)
 		if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
-			if err := s.s.SendMessageBatch(ctx, batch, nil); err != nil {
-				return s.err(err)
+			if err := s.sendBatch(ctx, batch); err != nil {
+				return err
 			}
 			if batch, err = s.s.NewMessageBatch(ctx, nil); err != nil {
 				return s.err(err)
@@ -454,7 +548,15 @@ func (s *sender) Send(ctx context.Context, msgs ...bus.Message) error {
 			return fmt.Errorf("sbbus: send to %s: message %s: %w", s.entity, msgs[i].ID, err)
 		}
 	}
-	return s.err(s.s.SendMessageBatch(ctx, batch, nil))
+	return s.sendBatch(ctx, batch)
+}
+
+func (s *sender) sendBatch(ctx context.Context, batch *azservicebus.MessageBatch) error {
+	if err := s.s.SendMessageBatch(ctx, batch, nil); err != nil {
+		return s.err(err)
+	}
+	s.b.tel.Sent(ctx, s.entity, int(batch.NumMessages()))
+	return nil
 }
 
 func (s *sender) err(err error) error {
