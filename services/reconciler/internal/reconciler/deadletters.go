@@ -31,6 +31,8 @@ type collector struct {
 
 	mu        sync.Mutex
 	receivers map[string]bus.Receiver
+	draining  map[string]bool // dead-letter queues being drained
+	drains    sync.WaitGroup
 }
 
 // pollWait is how long one round waits on each empty dead-letter queue. It
@@ -38,24 +40,55 @@ type collector struct {
 // database: at 50 ms a loaded machine never collected anything.
 const pollWait = 250 * time.Millisecond
 
-// round collects every dead-letter queue once, a few at a time.
+// drainConcurrency is how many dead-letter queues are drained at once. A
+// drain is mostly waiting (pollWait on an empty queue), and a deployment has
+// hundreds of queues (every service's subscription on every directive
+// topic). On Service Bus a queue's first drain also opens its receiver, a
+// few hundred milliseconds each: the first pass over all of them takes a
+// minute.
+const drainConcurrency = 32
+
+// round starts a drain of every dead-letter queue that is not being drained
+// still, while fewer than drainConcurrency run, and returns without waiting
+// for them: a slow queue (a receiver being opened) never holds up the
+// others, and the queues first in line (orchestrator-jobs) are drained every
+// round.
 func (c *collector) round(ctx context.Context, m *sweepMetrics) {
 	sources, err := c.sources(ctx)
 	if err != nil {
 		m.failed(ctx, "dead_letters", err)
 		return
 	}
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
 	for _, src := range sources {
-		sem <- struct{}{}
-		wg.Add(1)
+		dlq := src.DeadLetterQueue()
+		if !c.startDrain(dlq.Path()) {
+			continue
+		}
+		c.drains.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c.drain(ctx, src.DeadLetterQueue(), m)
+			defer c.drains.Done()
+			defer c.endDrain(dlq.Path())
+			c.drain(ctx, dlq, m)
 		}()
 	}
-	wg.Wait()
+}
+
+// startDrain marks path as being drained, unless it is already or every
+// slot is taken.
+func (c *collector) startDrain(path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining[path] || len(c.draining) >= drainConcurrency {
+		return false
+	}
+	c.draining[path] = true
+	return true
+}
+
+func (c *collector) endDrain(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.draining, path)
 }
 
 func (c *collector) drain(ctx context.Context, src bus.Source, m *sweepMetrics) {
@@ -112,19 +145,28 @@ func (c *collector) collect(ctx context.Context, src bus.Source, rcv bus.Receive
 
 func (c *collector) receiver(ctx context.Context, src bus.Source) (bus.Receiver, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r, ok := c.receivers[src.Path()]; ok {
+	r, ok := c.receivers[src.Path()]
+	c.mu.Unlock()
+	if ok {
 		return r, nil
 	}
+	// Opened without the lock: on Service Bus it takes a round trip or two,
+	// and the other drains must not queue behind it. Only one drain of a
+	// path runs at a time, so no other receiver of src is being opened.
 	r, err := c.bus.NewReceiver(ctx, src)
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.receivers[src.Path()] = r
 	return r, nil
 }
 
+// close waits for the drains (they end with the context given to round)
+// and closes the receivers.
 func (c *collector) close() {
+	c.drains.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.receivers {

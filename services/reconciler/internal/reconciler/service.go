@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{},
+	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{}, draining: map[string]bool{},
 		sources: func(ctx context.Context) ([]bus.Source, error) {
 			topo := cfg.Topology
 			var err error
