@@ -117,10 +117,18 @@ build: ## build the service binaries and dev tools into .build/bin
 # real sweepers and leases) run after every other package, not beside them,
 # so a 2-core machine is not shared with a dozen other test binaries.
 E2E := ./tools/e2e/...
+# Then the flows the production transport must carry run again on Azure
+# Service Bus (LUCIUS_E2E_BUS=servicebus: each stack starts its own Service
+# Bus test broker): OCR→EMBEDDING→SIS, a conditional DAG, the 1,000-way
+# fan-out, a runbook, bus dead letters and stranded requests, retries and
+# replay, and the short chaos run.
+E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
 test: check-generated breaking lint build sbbroker ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
-			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); GO=$(GO) .ci/fuzz $(FUZZTIME)'
+			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \
+			LUCIUS_E2E_BUS=servicebus $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run "$(E2E_SERVICEBUS)" $(E2E) ./tools/chaos/; \
+			GO=$(GO) .ci/fuzz $(FUZZTIME)'
 
 # The fuzz targets are listed in .ci/fuzz-targets (one "package target" a
 # line; .ci/fuzz fails when a func Fuzz… is missing there), their seed corpora

@@ -149,8 +149,12 @@ func (r *Report) Print(w io.Writer) {
 	if c.PGRestart {
 		pg = "once, when half the jobs are accepted"
 	}
-	fmt.Fprintf(w, "chaos run: %d three-step jobs at %g/s, seed %d, a kill every ~%s (down %s–%s), faults in %.0f%% of jobs, PostgreSQL restart: %s\n",
-		c.Jobs, c.Rate, c.Seed, c.KillEvery, c.Down.Min, c.Down.Max, 100*c.FaultRate, pg)
+	transport := "PostgreSQL bus"
+	if c.Bus == "servicebus" {
+		transport = "Service Bus (LUCIUS_BUS=servicebus)"
+	}
+	fmt.Fprintf(w, "chaos run: %d three-step jobs at %g/s on the %s, seed %d, a kill every ~%s (down %s–%s), faults in %.0f%% of jobs, PostgreSQL restart: %s\n",
+		c.Jobs, c.Rate, transport, c.Seed, c.KillEvery, c.Down.Min, c.Down.Max, 100*c.FaultRate, pg)
 	if len(r.Problems) == 0 {
 		fmt.Fprintln(w, "RESULT: PASS (no problems)")
 	} else {
