@@ -20,19 +20,9 @@ import (
 func (r *Runner) attach(ctx context.Context, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper,
 	stub *luciusv1.Directive, log *slog.Logger) (*luciusv1.Directive, bool) {
 	key := KeyOf(stub)
-	forget := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		if err := r.store.Forget(cctx, key, r.cfg.WorkerID); err != nil {
-			log.WarnContext(cctx, "forget execution claim", telemetry.Err(err))
-		}
-	}
-	client, err := r.callbacks.client(stub.GetCallbackUrls().GetGrpcTarget())
-	if err != nil {
-		r.count(ctx, "rejected")
-		log.ErrorContext(ctx, "callback target unusable; dead-lettering", telemetry.Err(err))
-		forget()
-		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterCallbackRejected, err.Error())
+	forget := func() { r.forget(ctx, key, log) }
+	client, ok := r.callbackClient(ctx, rcv, m, keeper, stub, log)
+	if !ok {
 		return nil, true
 	}
 	req := &luciusv1.GetDirectiveRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo),

@@ -391,25 +391,39 @@ func (r *Runner) dropLostAttempt(ctx context.Context, rcv bus.Receiver, m *bus.R
 	r.complete(ctx, rcv, m, keeper, log)
 }
 
+// forget drops the execution claim of an attempt that will not run here.
+func (r *Runner) forget(ctx context.Context, key Key, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := r.store.Forget(cctx, key, r.cfg.WorkerID); err != nil {
+		log.WarnContext(cctx, "forget execution claim", telemetry.Err(err))
+	}
+}
+
+// callbackClient returns the CallbackService client of d's callback target;
+// when the target is unusable (grpc.NewClient fails only on a target it
+// cannot parse) it forgets the claim, dead-letters the message and reports false.
+func (r *Runner) callbackClient(ctx context.Context, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper,
+	d *luciusv1.Directive, log *slog.Logger) (luciusv1.CallbackServiceClient, bool) {
+	client, err := r.callbacks.client(d.GetCallbackUrls().GetGrpcTarget())
+	if err != nil {
+		r.count(ctx, "rejected")
+		log.ErrorContext(ctx, "callback target unusable; dead-lettering", telemetry.Err(err))
+		r.forget(ctx, KeyOf(d), log)
+		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterCallbackRejected, err.Error())
+		return nil, false
+	}
+	return client, true
+}
+
 // ack sends ACK and reports whether the message was settled and the attempt
 // must not run.
 func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper,
 	d *luciusv1.Directive, pickedUp time.Time, log *slog.Logger) bool {
 	key := KeyOf(d)
-	forget := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		if err := r.store.Forget(cctx, key, r.cfg.WorkerID); err != nil {
-			log.WarnContext(cctx, "forget execution claim", telemetry.Err(err))
-		}
-	}
-	client, err := r.callbacks.client(d.GetCallbackUrls().GetGrpcTarget())
-	if err != nil {
-		// grpc.NewClient fails only on a target it cannot parse.
-		r.count(ctx, "rejected")
-		log.ErrorContext(ctx, "callback target unusable; dead-lettering", telemetry.Err(err))
-		forget()
-		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterCallbackRejected, err.Error())
+	forget := func() { r.forget(ctx, key, log) }
+	client, ok := r.callbackClient(ctx, rcv, m, keeper, d, log)
+	if !ok {
 		return true
 	}
 	req := &luciusv1.AckRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo), LeaseId: key.LeaseID,
