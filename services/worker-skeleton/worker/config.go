@@ -29,10 +29,15 @@ type Config struct {
 	WorkerID string
 	// Topology of the directive topics. Default routing.TopologyTwoTopicSets.
 	Topology routing.Topology
-	// Concurrency is how many directives execute at once. Default 4. Each
-	// subscription's receiver also holds at most one message waiting for a
-	// free slot, its lock renewed while it waits.
+	// Concurrency is how many directives execute at once. Default 4.
 	Concurrency int
+	// Prefetch is how many messages each subscription's receiver takes at
+	// once (default 1, at most MaxPrefetch): those beyond a free execution
+	// slot wait for one, their locks renewed while they wait. On Service Bus
+	// it is the link credit of each receive. More saves a round trip per
+	// message under load; each waiting message is one another worker cannot
+	// take meanwhile.
+	Prefetch int
 	// NoOp skips the executor: every attempt succeeds at once with output
 	// {"noop": true} and no artifacts. ACK, RESULT and the idempotency record
 	// work as usual. For benchmarks of the control plane.
@@ -95,6 +100,8 @@ type Config struct {
 // Defaults for Config.
 const (
 	DefaultConcurrency       = 4
+	DefaultPrefetch          = 1
+	MaxPrefetch              = 256
 	DefaultLockRenewInterval = 20 * time.Second
 	DefaultTaskTimeout       = 10 * time.Minute
 	DefaultCallTimeout       = 10 * time.Second
@@ -118,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency %d is negative", c.Concurrency))
+	}
+	if c.Prefetch < 0 || c.Prefetch > MaxPrefetch {
+		errs = append(errs, fmt.Errorf("prefetch %d: want 1-%d (0: the default, %d)", c.Prefetch, MaxPrefetch, DefaultPrefetch))
 	}
 	if c.MaxDeliveryCount < 0 {
 		errs = append(errs, fmt.Errorf("max delivery count %d is negative", c.MaxDeliveryCount))
@@ -188,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = DefaultPrefetch
 	}
 	if c.LockDuration == 0 {
 		c.LockDuration = bus.DefaultLockDuration

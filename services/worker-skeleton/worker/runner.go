@@ -180,13 +180,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// receiveLoop receives from one subscription while ctx lasts. A received
-// message waits for an execution slot with its lock renewed, so at most one
-// message per subscription waits and at most Concurrency execute.
+// receiveLoop receives from one subscription while ctx lasts, Prefetch
+// messages at a time. A received message waits for an execution slot with
+// its lock renewed, so at most Prefetch messages per subscription wait and
+// at most Concurrency execute.
 func (r *Runner) receiveLoop(ctx, work context.Context, src bus.Source, rcv bus.Receiver, slots chan struct{}, handlers *sync.WaitGroup) {
 	failures := 0
 	for {
-		msgs, err := rcv.Receive(ctx, 1)
+		msgs, err := rcv.Receive(ctx, r.cfg.Prefetch)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
 				return
@@ -198,13 +199,19 @@ func (r *Runner) receiveLoop(ctx, work context.Context, src bus.Source, rcv bus.
 			continue
 		}
 		failures = 0
-		for _, m := range msgs {
-			keeper := r.keepLock(work, rcv, m)
+		keepers := make([]*lockKeeper, len(msgs))
+		for i, m := range msgs {
+			keepers[i] = r.keepLock(work, rcv, m)
+		}
+		for i, m := range msgs {
+			keeper := keepers[i]
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				// Never started: hand it straight back.
-				r.abandon(work, rcv, m, keeper, r.log)
+				// Never started: hand them straight back.
+				for j := i; j < len(msgs); j++ {
+					r.abandon(work, rcv, msgs[j], keepers[j], r.log)
+				}
 				return
 			}
 			handlers.Go(func() {

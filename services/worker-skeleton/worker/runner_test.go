@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
 )
 
@@ -1006,6 +1007,60 @@ func TestRunnerFetchesADetachedDirectiveBeforeRunningIt(t *testing.T) {
 			case !known && (len(acks) != 0 || len(results) != 0 || runs.get() != 0):
 				t.Errorf("an unknown detached directive ran: %d ACK, %d RESULT, %d runs", len(acks), len(results), runs.get())
 			}
+		})
+	}
+}
+
+// Prefetch is how many messages a subscription's receiver takes at once:
+// with one execution slot and Prefetch 3, the worker holds all three
+// directives (locked, renewed) while the first runs, and another receiver
+// finds none; with Prefetch 1, one waits and the third is left for anyone.
+func TestRunnerPrefetchHoldsThatManyMessagesPerSubscription(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ prefetch, left int }{{3, 0}, {1, 1}} {
+		t.Run(fmt.Sprintf("prefetch=%d", tc.prefetch), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.cfg.Concurrency, e.cfg.Prefetch = 1, tc.prefetch
+			// The subscriptions exist before the runner starts, so the three
+			// directives are waiting when it first receives.
+			if err := topology.DeclareService(t.Context(), e.bus, topology.Config{DirectiveLockDuration: testLockDuration}, e.cfg.Service); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				d := e.directive(e.writeInput(fmt.Sprintf("in%d.txt", i), []byte("held\n")))
+				e.publish(d, msgID(d, ""), nil)
+			}
+			release := make(chan struct{})
+			var started, runs counter
+			upper := upperExecutor(&runs)
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+				started.inc()
+				<-release
+				return upper(ctx, task)
+			}))
+			e.waitFor("the first execution", func() bool { return started.get() == 1 })
+
+			other, err := e.bus.NewReceiver(t.Context(), e.source())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			taken, _ := other.Receive(rctx, 3)
+			cancel()
+			for _, m := range taken {
+				if err := other.Abandon(t.Context(), m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other.Close(t.Context()) //nolint:errcheck
+			if len(taken) != tc.left {
+				t.Errorf("another receiver took %d directives while the worker ran one, want %d", len(taken), tc.left)
+			}
+			close(release)
+			e.waitFor("three RESULTs", func() bool { _, res := e.orch.calls(); return len(res) == 3 })
+			e.stop()
+			e.assertSettled()
 		})
 	}
 }

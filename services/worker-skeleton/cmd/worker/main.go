@@ -99,6 +99,7 @@ func readSettings(e *env.Reader) (settings, error) {
 		runner: worker.Config{
 			WorkerID:       instance,
 			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
+			Prefetch:       e.Int("LUCIUS_WORKER_PREFETCH", worker.DefaultPrefetch),
 			NoOp:           e.Bool("LUCIUS_WORKER_NOOP", false),
 			TaskTimeout:    e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
 			ShutdownGrace:  e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
