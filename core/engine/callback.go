@@ -152,7 +152,15 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
 	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
 	if req.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_POLLING {
-		return e.poll(ctx, tx, job, step, attempt, req, now)
+		if err := e.poll(ctx, tx, job, step, attempt, req, now); err != nil {
+			return err
+		}
+		return schedulePoll(ctx, tx, r, step, now)
+	}
+	if step.RetryBase > 0 { // it may have been polling on a schedule: no more
+		if err := tx.EndPoll(ctx, job.JobID, step.StepID); err != nil {
+			return err
+		}
 	}
 	if req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
 		f := failure{class: classNonRetryable, code: "RESULT_FAILED_NON_RETRYABLE", reason: req.GetReason(), backoff: true}

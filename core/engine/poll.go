@@ -78,3 +78,59 @@ func (e *Engine) Repoll(ctx context.Context, jobID, stepID string) (Swept, error
 	})
 	return out, err
 }
+
+// schedulePoll sets when a step that answered POLLING is dispatched again,
+// when its node polls on a schedule (poll_interval); otherwise it waits for
+// a poll-check (Repoll). r is nil when the job already ended.
+func schedulePoll(ctx context.Context, tx *ledger.Tx, r *run, step *ledger.Step, now time.Time) error {
+	if r == nil {
+		return nil
+	}
+	node, ok := r.def.Node(step.NodeID)
+	if !ok || node.Task == nil || node.Task.PollInterval == 0 {
+		return nil
+	}
+	return tx.SchedulePoll(ctx, step.JobID, step.StepID, now, now.Add(node.Task.PollInterval))
+}
+
+// PollDue polls a step whose scheduled poll is due (ledger.Store.DuePolls):
+// its next attempt is dispatched (REPOLLED; polls do not count against the
+// retry attempts), or, poll_timeout after its first POLLING answer, the step
+// fails for good with POLL_TIMEOUT. A step that stopped polling meanwhile
+// (answered, cancelled, its job ended) is left alone.
+func (e *Engine) PollDue(ctx context.Context, k ledger.AttemptKey) (Swept, error) {
+	return e.sweepStep(ctx, k, sweepRule{code: "POLL",
+		states: []ledger.StepStatus{ledger.StepPolling},
+		due:    func(*ledger.Tx, *ledger.Attempt, time.Time) (bool, error) { return true, nil },
+		repair: func(tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step, attempt *ledger.Attempt, now time.Time) (string, error) {
+			node, ok := r.def.Node(step.NodeID)
+			if !ok || node.Task == nil || node.Task.PollInterval == 0 {
+				return "", tx.EndPoll(ctx, job.JobID, step.StepID) // its definition polls on no schedule
+			}
+			if timeout := node.Task.PollTimeout; timeout > 0 {
+				started, err := tx.PollStarted(ctx, job.JobID, step.StepID)
+				if err != nil {
+					return "", err
+				}
+				if !started.IsZero() && !now.Before(started.Add(timeout)) {
+					if err := tx.EndPoll(ctx, job.JobID, step.StepID); err != nil {
+						return "", err
+					}
+					return e.expire(ctx, tx, r, job, step, attempt, failure{class: classNonRetryable, code: ReasonPollTimeout,
+						reason: fmt.Sprintf("still POLLING %s after its first POLLING answer (poll_timeout)", timeout)}, now)
+				}
+			}
+			if err := tx.PollDispatched(ctx, job.JobID, step.StepID); err != nil {
+				return "", err
+			}
+			step.RetryBase = step.AttemptNo
+			if err := r.newAttempt(ctx, step, now, "REPOLL"); err != nil {
+				return "", err
+			}
+			return "REPOLLED", nil
+		}})
+}
+
+// ReasonPollTimeout fails a step still POLLING poll_timeout after its first
+// POLLING answer.
+const ReasonPollTimeout = "POLL_TIMEOUT"

@@ -296,6 +296,20 @@ const (
 	sqlCountDirectives = `SELECT count(*) FROM outbox WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND kind = 'directive'`
 
 	// Sweeper scans: candidates only; every action re-checks under the job's lock.
+	sqlSchedulePoll = `INSERT INTO step_polls (job_id, step_id, started_at, next_poll_at) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (job_id, step_id) DO UPDATE SET next_poll_at = excluded.next_poll_at`
+
+	sqlPollDispatched = `UPDATE step_polls SET next_poll_at = NULL WHERE job_id = $1 AND step_id = $2`
+
+	sqlEndPoll = `DELETE FROM step_polls WHERE job_id = $1 AND step_id = $2`
+
+	sqlPollStarted = `SELECT started_at FROM step_polls WHERE job_id = $1 AND step_id = $2`
+
+	sqlDuePolls = `SELECT s.job_id, s.step_id, s.attempt_no, s.lease_id::text FROM step_polls p
+	JOIN steps s ON s.job_id = p.job_id AND s.step_id = p.step_id
+	WHERE p.next_poll_at <= now() AND s.status = 'POLLING'
+	ORDER BY p.next_poll_at LIMIT $1`
+
 	sqlDueAcks = `SELECT a.job_id, a.step_id, a.attempt_no, a.lease_id::text FROM attempts a
 	JOIN steps s ON s.job_id = a.job_id AND s.step_id = a.step_id AND s.attempt_no = a.attempt_no
 	WHERE a.acked_at IS NULL AND a.completed_at IS NULL AND a.ack_deadline < now()

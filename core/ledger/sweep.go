@@ -22,6 +22,12 @@ func (s *Store) DueAcks(ctx context.Context, limit int) ([]AttemptKey, error) {
 	return s.attemptKeys(ctx, sqlDueAcks, limit)
 }
 
+// DuePolls lists steps waiting in POLLING whose next poll is due (their
+// workflow node sets poll_interval), with their last attempt.
+func (s *Store) DuePolls(ctx context.Context, limit int) ([]AttemptKey, error) {
+	return s.attemptKeys(ctx, sqlDuePolls, limit)
+}
+
 // DueLeases lists acknowledged attempts whose lease expired.
 func (s *Store) DueLeases(ctx context.Context, limit int) ([]AttemptKey, error) {
 	return s.attemptKeys(ctx, sqlDueLeases, limit)

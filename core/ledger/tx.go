@@ -307,6 +307,41 @@ func (t *Tx) InsertAttempt(ctx context.Context, a *Attempt) error {
 	return nil
 }
 
+// SchedulePoll sets when a step waiting in POLLING is dispatched again,
+// recording now as the start of its polling when it starts; PollDispatched
+// clears the time once that poll is dispatched; EndPoll forgets the polling
+// of a step that left it; PollStarted returns when it started (zero: the
+// step is not polling on a schedule).
+func (t *Tx) SchedulePoll(ctx context.Context, jobID, stepID string, now, next time.Time) error {
+	t.tx.hold(fmt.Sprintf("schedule poll %s/%s", jobID, stepID), sqlSchedulePoll, jobID, stepID, now, next)
+	return nil
+}
+
+// PollDispatched: see SchedulePoll.
+func (t *Tx) PollDispatched(ctx context.Context, jobID, stepID string) error {
+	t.tx.hold(fmt.Sprintf("poll dispatched %s/%s", jobID, stepID), sqlPollDispatched, jobID, stepID)
+	return nil
+}
+
+// EndPoll: see SchedulePoll.
+func (t *Tx) EndPoll(ctx context.Context, jobID, stepID string) error {
+	t.tx.hold(fmt.Sprintf("end poll %s/%s", jobID, stepID), sqlEndPoll, jobID, stepID)
+	return nil
+}
+
+// PollStarted: see SchedulePoll.
+func (t *Tx) PollStarted(ctx context.Context, jobID, stepID string) (time.Time, error) {
+	var started time.Time
+	err := t.tx.QueryRow(ctx, sqlPollStarted, jobID, stepID).Scan(&started)
+	if isNoRows(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("poll of %s/%s: %w", jobID, stepID, err)
+	}
+	return started, nil
+}
+
 // DetachDirective keeps the whole directive of an attempt (inserted in this
 // transaction) whose bus message carries it detached; DetachedDirective
 // returns it.

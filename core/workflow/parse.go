@@ -44,6 +44,8 @@ type rawNode struct {
 	Params            any         `yaml:"params"` // a map of templates, or one template naming an object
 	TimeoutSeconds    int         `yaml:"timeout_seconds"`
 	AckTimeoutSeconds int         `yaml:"ack_timeout_seconds"`
+	PollInterval      int         `yaml:"poll_interval"` // seconds
+	PollTimeout       int         `yaml:"poll_timeout"`  // seconds
 	Retry             *rawRetry   `yaml:"retry"`
 	OnFailure         string      `yaml:"on_failure"`
 	ConditionField    string      `yaml:"condition_field"`
@@ -69,11 +71,11 @@ type rawBranch struct {
 var allowedKeys = map[string][]string{
 	TypeStart:       {"type", "description", "next"},
 	TypeEnd:         {"type", "description"},
-	TypeTask:        {"type", "description", "next", "handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "retry", "on_failure"},
+	TypeTask:        {"type", "description", "next", "handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "poll_interval", "poll_timeout", "retry", "on_failure"},
 	TypeConditional: {"type", "description", "condition_field", "branches"},
 	TypeFanOut:      {"type", "description", "next", "over", "max_parallel", "task"},
 	TypeFanIn:       {"type", "description", "next"},
-	"fan_out.task":  {"handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "retry", "description"},
+	"fan_out.task":  {"handler", "service", "queue", "params", "timeout_seconds", "ack_timeout_seconds", "poll_interval", "poll_timeout", "retry", "description"},
 }
 
 // Parse decodes and validates a definition within the default Limits.
@@ -415,6 +417,7 @@ func (p *parser) task(id string, rn *rawNode) *Task {
 	if rn.AckTimeoutSeconds < 0 || rn.AckTimeoutSeconds > 3600 {
 		p.nodeErr(id, "ack_timeout_seconds", "ack_timeout_seconds must be between 1 and 3600")
 	}
+	p.pollSettings(id, rn, t)
 	t.Retry = Retry{MaxAttempts: DefaultMaxAttempts, Exponential: true, InitialDelay: DefaultInitialDelay, MaxDelay: DefaultMaxDelay}
 	if r := rn.Retry; r != nil {
 		if r.MaxAttempts != 0 {
@@ -733,4 +736,24 @@ func normalize(v any) any {
 		return out
 	}
 	return normalizeScalar(v)
+}
+
+// pollSettings reads a task's polling: poll_interval seconds between the
+// dispatches of a step that answers POLLING, and poll_timeout seconds after
+// its first POLLING answer when it fails POLL_TIMEOUT. Without poll_interval
+// a POLLING step waits for an explicit poll-check (runbooks).
+func (p *parser) pollSettings(id string, rn *rawNode, t *Task) {
+	switch {
+	case rn.PollInterval < 0 || rn.PollInterval > MaxPollSeconds:
+		p.nodeErr(id, "poll_interval", "poll_interval must be between 1 and %d seconds", MaxPollSeconds)
+	case rn.PollTimeout < 0 || rn.PollTimeout > MaxPollSeconds:
+		p.nodeErr(id, "poll_timeout", "poll_timeout must be between 1 and %d seconds", MaxPollSeconds)
+	case rn.PollTimeout > 0 && rn.PollInterval == 0:
+		p.nodeErr(id, "poll_timeout", "poll_timeout needs poll_interval")
+	case rn.PollTimeout > 0 && rn.PollTimeout < rn.PollInterval:
+		p.nodeErr(id, "poll_timeout", "poll_timeout (%d) must be at least poll_interval (%d)", rn.PollTimeout, rn.PollInterval)
+	default:
+		t.PollInterval = time.Duration(rn.PollInterval) * time.Second
+		t.PollTimeout = time.Duration(rn.PollTimeout) * time.Second
+	}
 }

@@ -3,6 +3,7 @@ package workflow
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func builtinCatalog(t testing.TB) *HandlerCatalog {
@@ -83,6 +84,11 @@ func TestParseRejectsInvalidDefinitions(t *testing.T) {
 		{"params a plain string", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: \"all of it\", next: e}\n  e: {type: end}\n", "params must be a map, or one {{ reference }} to an object"},
 		{"params a list", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: [1, 2], next: e}\n  e: {type: end}\n", "params must be a map, or one {{ reference }} to an object"},
 		{"whole params from an undeclared input", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, params: \"{{ inputs.p }}\", next: e}\n  e: {type: end}\n", "refers to undeclared input \"p\""},
+		{"poll_timeout without poll_interval", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, poll_timeout: 60, next: e}\n  e: {type: end}\n", "poll_timeout needs poll_interval"},
+		{"poll_timeout under poll_interval", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, poll_interval: 60, poll_timeout: 30, next: e}\n  e: {type: end}\n", "poll_timeout (30) must be at least poll_interval (60)"},
+		{"negative poll_interval", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, poll_interval: -1, next: e}\n  e: {type: end}\n", "poll_interval must be between 1 and 604800 seconds"},
+		{"poll_timeout over a week", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, poll_interval: 60, poll_timeout: 604801, next: e}\n  e: {type: end}\n", "poll_timeout must be between 1 and 604800 seconds"},
+		{"poll_interval on a start", validHead + "nodes:\n  s: {type: start, next: e, poll_interval: 5}\n  e: {type: end}\n", "field \"poll_interval\" is not allowed here"},
 		{"on_failure to unknown", validHead + "nodes:\n  s: {type: start, next: a}\n  a: {type: task, handler: OCR, on_failure: cleanup, next: e}\n  e: {type: end}\n", "on_failure names unknown node \"cleanup\""},
 	}
 	catalog := builtinCatalog(t)
@@ -135,4 +141,26 @@ func FuzzParse(f *testing.F) {
 
 func builtinFS(name string) ([]byte, error) {
 	return readFile(BuiltinFiles(), name)
+}
+
+// poll_interval and poll_timeout are seconds on a task or a fan-out's task.
+func TestParseReadsPollSettings(t *testing.T) {
+	t.Parallel()
+	src := validHead + "inputs:\n  xs: {type: list}\nnodes:\n  s: {type: start, next: a}\n" +
+		"  a: {type: task, handler: OCR, poll_interval: 5, poll_timeout: 60, next: f}\n" +
+		"  f: {type: fan_out, over: \"{{ inputs.xs }}\", task: {handler: OCR, poll_interval: 2}, next: b}\n" +
+		"  b: {type: task, handler: OCR, next: e}\n  e: {type: end}\n"
+	def, err := Parse("w.yaml", []byte(src), builtinCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		node               string
+		interval, deadline time.Duration
+	}{{"a", 5 * time.Second, time.Minute}, {"f", 2 * time.Second, 0}, {"b", 0, 0}} {
+		n, _ := def.Node(tc.node)
+		if n.Task.PollInterval != tc.interval || n.Task.PollTimeout != tc.deadline {
+			t.Errorf("node %s polls every %s up to %s, want %s up to %s", tc.node, n.Task.PollInterval, n.Task.PollTimeout, tc.interval, tc.deadline)
+		}
+	}
 }

@@ -106,10 +106,20 @@ type Task struct {
 	ParamsFrom *Template
 	Timeout    time.Duration
 	AckTimeout time.Duration
-	Retry      Retry
+	// PollInterval, when set, re-dispatches a step that answered POLLING
+	// after this long (each poll a new attempt that does not count against
+	// Retry); PollTimeout, when set, fails it POLL_TIMEOUT that long after
+	// its first POLLING answer. Zero PollInterval: the step waits in POLLING
+	// for an explicit poll-check (runbooks).
+	PollInterval time.Duration
+	PollTimeout  time.Duration
+	Retry        Retry
 	// OnFailure names the node that runs instead of Next when the task fails for good.
 	OnFailure string
 }
+
+// MaxPollSeconds bounds poll_interval and poll_timeout (a week).
+const MaxPollSeconds = 7 * 24 * 3600
 
 // Retry is a task's retry policy.
 type Retry struct {

@@ -67,7 +67,27 @@ nodes:
   END: {type: end}
 `
 
-const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n"
+const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n  - {name: E2E_WATCH, service: demo}\n"
+
+// polledWorkflow is one task of the demo pool (its payload's outcome says
+// how it answers: poll:N, poll) polled every second for up to 4 s.
+const polledWorkflow = `workflow_id: E2E_POLLED
+version: 1
+description: A task polled on a schedule.
+inputs:
+  outcome: {type: string, required: true}
+nodes:
+  START: {type: start, next: watch}
+  watch:
+    type: task
+    handler: E2E_WATCH
+    params: {outcome: "{{ inputs.outcome }}"}
+    poll_interval: 1
+    poll_timeout: 4
+    retry: {max_attempts: 1}
+    next: END
+  END: {type: end}
+`
 
 // flakyWorkflow is a manual step with short timeouts and two attempts, so
 // the sweepers' retries and dead letters show within seconds.
@@ -132,7 +152,7 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 		t.Fatal(err)
 	}
 	for name, body := range map[string]string{"E2E_MANUAL.yaml": manualWorkflow, "E2E_FLAKY.yaml": flakyWorkflow,
-		"E2E_SLOW_OCR.yaml": slowOCRWorkflow, "handlers.yaml": manualHandlers} {
+		"E2E_SLOW_OCR.yaml": slowOCRWorkflow, "E2E_POLLED.yaml": polledWorkflow, "handlers.yaml": manualHandlers} {
 		if err := os.WriteFile(filepath.Join(workflows, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}

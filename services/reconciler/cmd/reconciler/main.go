@@ -46,6 +46,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 			Requests:    sweep(e, "REQUESTS"),
 			DeadLetters: sweep(e, "DEADLETTER"),
 			Slots:       sweep(e, "SLOTS"),
+			Polls:       sweep(e, "POLL"),
 		},
 	}
 	cfg.Callbacks = reconciler.CallbackConfig{

@@ -63,6 +63,9 @@ type SweepersConfig struct {
 	// Slots: admission counters are checked against the live work and
 	// repaired when they drifted (every 60s).
 	Slots SweepConfig
+	// Polls: steps waiting in POLLING whose node's poll_interval has passed
+	// are dispatched again, or fail POLL_TIMEOUT after poll_timeout (every 1s).
+	Polls SweepConfig
 }
 
 func (c *SweepersConfig) defaults() {
@@ -74,6 +77,7 @@ func (c *SweepersConfig) defaults() {
 	c.Requests.defaults(time.Minute, 5*time.Minute)
 	c.DeadLetters.defaults(30*time.Second, 0)
 	c.Slots.defaults(time.Minute, 0)
+	c.Polls.defaults(time.Second, 0)
 }
 
 // sweeper is one drift-repair loop: scan for candidates, then repair each
@@ -170,6 +174,8 @@ func sweepers(store *ledger.Store, eng *engine.Engine, cfg SweepersConfig, stale
 			scan: func(ctx context.Context, limit int) ([]ledger.AttemptKey, error) {
 				return store.StuckDispatching(ctx, cfg.Dispatching.Age, limit)
 			}, repair: eng.Redispatch}.run,
+		sweeper[ledger.AttemptKey]{name: "poll", cfg: cfg.Polls, describe: attempt,
+			scan: store.DuePolls, repair: eng.PollDue}.run,
 		sweeper[string]{name: "sla", cfg: cfg.SLA, describe: job, scan: store.DueSLAs, repair: eng.ExpireSLA}.run,
 		sweeper[string]{name: "stranded_request", cfg: cfg.Requests, describe: job,
 			scan: func(ctx context.Context, limit int) ([]string, error) {
