@@ -73,6 +73,7 @@ func Replay(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 		}
 		replay := *req
 		replay.JobID, replay.IdempotencyKey, replay.ReplayOf = newID, "", jobID // the key stays with the original
+		replay.Principal = principal(ctx)                                       // who replayed it submitted it
 		if err := tx.InsertRequest(ctx, replay); err != nil {
 			return err
 		}

@@ -92,7 +92,7 @@ func (t *Tx) insertRequest(ctx context.Context, r Request) (time.Time, bool, err
 	err := t.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
 		r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
 		r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
-		r.Routing.DecisionReason, r.ReplayOf, r.Notify).Scan(&received)
+		r.Routing.DecisionReason, r.ReplayOf, r.Notify, r.Principal).Scan(&received)
 	if isNoRows(err) {
 		return time.Time{}, false, nil
 	}

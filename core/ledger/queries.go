@@ -13,7 +13,8 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
-	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify`
+	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify,
+	'' AS submitted_by` // the orchestrator's copy does not need it; jobView reads it
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
 	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
@@ -47,15 +48,16 @@ const (
 	coalesce(j.reason, r.cancel_reason) AS reason, coalesce(j.result_ref, '') AS result_ref,
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
 	r.replay_of, j.deadline_at,
-	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify
+	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify,
+	r.submitted_by
 	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
 )
 
 const (
 	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
-	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of, notify)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of, notify, submitted_by)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING received_at`
 
@@ -384,7 +386,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
-		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify)
+		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &j.SubmittedBy)
 	if err != nil {
 		return nil, err
 	}

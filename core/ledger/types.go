@@ -133,8 +133,9 @@ type Request struct {
 	// ends or a step reports POLLING (jobs of the runbook executor).
 	Notify     string
 	ReceivedAt time.Time
-	// Principal names who submitted it (issuer#subject), for the JOB_ACCEPTED
-	// event; never a secret.
+	// Principal names who submitted it (issuer#subject; an operator's for a
+	// replay, "runbook:<table>" for a runbook row): the job's submitted_by and
+	// the JOB_ACCEPTED event's principal; never a secret.
 	Principal string
 }
 
@@ -165,6 +166,9 @@ type Job struct {
 	ReplayOf string
 	// Notify is the request's job-update topic (see Request.Notify).
 	Notify string
+	// SubmittedBy is the request's Principal (read with the job's view:
+	// GetJob, ListJobs; empty on the orchestrator's locked copy).
+	SubmittedBy string
 	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
 	DeadlineAt  time.Time
 	CreatedAt   time.Time

@@ -146,6 +146,9 @@ func TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed(t *testing.T) {
 		t.Fatalf("replay: %d %v", code, replayed)
 	}
 	replayID := replayed["job"].(map[string]any)["job_id"].(string)
+	if by, _ := replayed["job"].(map[string]any)["submitted_by"].(string); !strings.Contains(by, "#") {
+		t.Fatalf("the replay's submitted_by %q is not the operator's principal", by)
+	}
 	// The replay has a fresh budget of two attempts after the original's two.
 	// The test plays the worker, and on a loaded machine it can miss attempt
 	// 3's 1s ACK window (its ACK arrives late, or its poll never sees the

@@ -105,7 +105,11 @@ type Command struct {
 	// Caller's correlation id, carried into every directive, event and log line.
 	CorrelationId string `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// URL that receives a POST when the job reaches a terminal state.
-	CallbackUrl   string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	CallbackUrl string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// Who submitted the command: the gateway sets it to the caller's
+	// authenticated principal (issuer#subject) and ignores any value sent.
+	// It is kept with the stored command and shown on the job.
+	SubmittedBy   string `protobuf:"bytes,12,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +217,13 @@ func (x *Command) GetCorrelationId() string {
 func (x *Command) GetCallbackUrl() string {
 	if x != nil {
 		return x.CallbackUrl
+	}
+	return ""
+}
+
+func (x *Command) GetSubmittedBy() string {
+	if x != nil {
+		return x.SubmittedBy
 	}
 	return ""
 }
@@ -340,7 +351,7 @@ var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xeb\x04\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x93\x05\n" +
 	"\aCommand\x12N\n" +
 	"\ttenant_id\x18\x01 \x01(\tB1\xe0A\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12I\n" +
 	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
@@ -354,7 +365,8 @@ const file_lucius_v1_command_proto_rawDesc = "" +
 	"\x06doc_id\x18\t \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x05docId\x12/\n" +
 	"\x0ecorrelation_id\x18\n" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\x121\n" +
-	"\fcallback_url\x18\v \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\vcallbackUrl\"H\n" +
+	"\fcallback_url\x18\v \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\vcallbackUrl\x12&\n" +
+	"\fsubmitted_by\x18\f \x01(\tB\x03\xe0A\x03R\vsubmittedBy\"H\n" +
 	"\rSubmitRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x12.lucius.v1.CommandB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\acommand\"\xb0\x01\n" +
 	"\x0eSubmitResponse\x12\x15\n" +

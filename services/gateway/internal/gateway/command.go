@@ -143,6 +143,7 @@ var errEncode = errors.New("encode")
 // accept stores an admitted command: the request with its pinned routing
 // and the orchestrator-jobs message, under the admission limits.
 func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.Command) (ledger.Accepted, error) {
+	cmd.SubmittedBy = principalName(ctx) // never the caller's claim
 	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cmd)
 	if err != nil {
 		return ledger.Accepted{}, fmt.Errorf("%w command: %w", errEncode, err)
@@ -150,7 +151,7 @@ func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.
 	request := ledger.Request{
 		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
 		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
-		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(), Principal: principalName(ctx),
+		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(), Principal: cmd.GetSubmittedBy(),
 		Command: raw, Routing: ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
 			Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason},
 	}

@@ -51,7 +51,7 @@ func jobToProto(j *ledger.Job) *luciusv1.Job {
 		CallbackUrl: j.CallbackURL, Payload: structOf(j.Payload), OwnerId: j.OwnerID, OwnerEpoch: j.OwnerEpoch,
 		CurrentStepId: j.CurrentStepID, Reason: j.Reason, ResultRef: j.ResultRef,
 		CreateTime: ts(j.CreatedAt), UpdateTime: ts(j.UpdatedAt), CompleteTime: ts(j.CompletedAt), CancelTime: ts(j.CancelRequestedAt),
-		ReplayOf: j.ReplayOf, DeadlineTime: ts(j.DeadlineAt),
+		ReplayOf: j.ReplayOf, DeadlineTime: ts(j.DeadlineAt), SubmittedBy: j.SubmittedBy,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,4 +305,28 @@ func (jsonUnmarshaler) unmarshal(raw []byte, cmd *luciusv1.Command) error {
 
 func protojsonUnmarshal(raw []byte, cmd *luciusv1.Command) error {
 	return protojson.Unmarshal(raw, cmd)
+}
+
+// submitted_by is the caller's authenticated principal, whatever the command
+// claims: on the job and in the stored command.
+func TestSubmittedByIsTheCallersPrincipal(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t)
+	partner := f.issuer.Token(t, authtest.Partner("acme"))
+	body := validBody("by-1")
+	body["submitted_by"] = "someone-else#forged"
+	code, _, sub := f.restAs(t, partner, "POST", "/v1/commands", body)
+	if code != http.StatusAccepted {
+		t.Fatalf("submit: %d %v", code, sub)
+	}
+	jobID := sub["job_id"].(string)
+	code, _, got := f.restAs(t, partner, "GET", "/v1/jobs/"+jobID, nil)
+	by, _ := got["job"].(map[string]any)["submitted_by"].(string)
+	if code != http.StatusOK || !strings.HasSuffix(by, "#test-partner") {
+		t.Fatalf("job submitted_by %q (%d), want the partner's principal", by, code)
+	}
+	var stored string
+	if err := f.pool.QueryRow(f.ctx, `SELECT command ->> 'submitted_by' FROM requests WHERE job_id = $1`, jobID).Scan(&stored); err != nil || stored != by {
+		t.Fatalf("stored command's submitted_by %q (%v), want %q", stored, err, by)
+	}
 }

@@ -239,7 +239,7 @@ func (x *runbookExecutor) dispatchExec(ctx context.Context, tx *ledger.Tx, b *ba
 	sum := sha256.Sum256(raw)
 	req := ledger.Request{
 		JobID: runbook.JobID(r.Table, r.ID), TenantID: routing.Normalize(tenant), RequestHash: hex.EncodeToString(sum[:]),
-		RequestType: wfID, WorkflowVersion: def.Version, CorrelationID: cmd.CorrelationId, Command: raw,
+		RequestType: wfID, WorkflowVersion: def.Version, CorrelationID: cmd.CorrelationId, Command: raw, Principal: "runbook:" + r.Table,
 		Routing: ledger.Routing{Mode: string(route.Mode), Partition: route.Partition, RoutingKey: route.RoutingKey,
 			Topic: route.Topic, DecisionSource: string(route.Source), DecisionReason: route.Reason},
 		Notify: topology.TopicOrchestratorEvents,
