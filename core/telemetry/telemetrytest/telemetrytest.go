@@ -102,29 +102,6 @@ func (r *Reader) Histogram(t testing.TB, name string, attrs ...attribute.KeyValu
 	return count, sum
 }
 
-// Points returns the attribute sets metric name has points for.
-func (r *Reader) Points(t testing.TB, name string) []attribute.Set {
-	t.Helper()
-	var out []attribute.Set
-	for _, m := range r.metrics(t, name) {
-		switch d := m.Data.(type) {
-		case metricdata.Sum[int64]:
-			for _, p := range d.DataPoints {
-				out = append(out, p.Attributes)
-			}
-		case metricdata.Gauge[int64]:
-			for _, p := range d.DataPoints {
-				out = append(out, p.Attributes)
-			}
-		case metricdata.Histogram[float64]:
-			for _, p := range d.DataPoints {
-				out = append(out, p.Attributes)
-			}
-		}
-	}
-	return out
-}
-
 func (r *Reader) metrics(t testing.TB, name string) []metricdata.Metrics {
 	t.Helper()
 	var out []metricdata.Metrics
