@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,6 +137,7 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 		if err := e.settle(ctx, tx, r, job, step, attempt, req, now); err != nil {
 			return err
 		}
+		metrics.stepResult(tx, step, attempt, now)
 		if r != nil {
 			if err := r.advance(ctx); err != nil {
 				return err
@@ -210,6 +212,9 @@ type failure struct {
 	// backoff delays the next attempt by the node's retry policy; without it the
 	// next attempt is dispatched at once.
 	backoff bool
+	// track is the retry track a retry counts on (TrackAck); empty for
+	// TrackExecution.
+	track string
 }
 
 // failAttempt ends an attempt that failed: a retryable failure with attempts
@@ -228,6 +233,7 @@ func (e *Engine) failAttempt(ctx context.Context, tx *ledger.Tx, r *run, job *le
 		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
 			return err
 		}
+		metrics.stepRetried(tx, step, cmp.Or(f.track, TrackExecution))
 		at := now
 		if f.backoff {
 			at = now.Add(node.Task.Retry.Backoff(step.AttemptNo))
@@ -410,6 +416,7 @@ func (e *Engine) startStep(ctx context.Context, tx *ledger.Tx, job *ledger.Job, 
 	}
 	attempt.Status, attempt.AckedAt = ledger.StepInProgress, now
 	attempt.WorkerID = workerID
+	metrics.stepAcked(tx, step, attempt, now)
 	timeout, err := e.timeout(ctx, job, step)
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 			WorkflowID: req.RequestType, WorkflowVersion: req.WorkflowVersion, Status: ledger.JobQueued,
 			Routing: req.Routing, InputRef: req.InputRef, OutputRef: req.OutputRef, DocID: req.DocID,
 			CorrelationID: req.CorrelationID, CallbackURL: req.CallbackURL, OwnerID: owner, OwnerEpoch: 1,
-			ReplayOf: req.ReplayOf, Notify: req.Notify,
+			ReplayOf: req.ReplayOf, Notify: req.Notify, ReceivedAt: req.ReceivedAt,
 		}
 		cmd := q.GetCommand()
 		if cmd == nil { // left out of a message too large for the bus

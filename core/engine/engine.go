@@ -158,6 +158,7 @@ func setJobStatus(tx *ledger.Tx, j *ledger.Job, to ledger.JobStatus, reason stri
 		ToStatus: string(to), Reason: reason})
 	if to.Terminal() && !j.Status.Terminal() {
 		tx.ReleaseSlot(j.TenantID) // the admission slot the request took
+		metrics.jobEnded(tx, j, to, now)
 	}
 	j.Status = to
 	if to.Terminal() {

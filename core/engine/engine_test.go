@@ -20,10 +20,17 @@ import (
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }
+// metrics reads what the package's tests record on the global meter provider.
+var metrics *telemetrytest.Reader
+
+func TestMain(m *testing.M) {
+	metrics = telemetrytest.InstallGlobal()
+	pgtest.Main(m, ledger.Migrations)
+}
 
 type fixture struct {
 	t     *testing.T

@@ -115,7 +115,7 @@ func (e *Engine) ExpireAck(ctx context.Context, k ledger.AttemptKey) (Swept, err
 			tx.Append(ledger.Event{JobID: job.JobID, StepID: step.StepID, AttemptNo: step.AttemptNo, Type: ledger.EventAckTimeout,
 				Reason: "ACK_TIMEOUT", Data: map[string]any{"ack_deadline": attempt.AckDeadline.UTC().Format(time.RFC3339Nano)}})
 			return e.expire(ctx, tx, r, job, step, attempt, failure{class: classRetryable, code: "ACK_TIMEOUT",
-				reason: fmt.Sprintf("no ACK within %s", step.AckTimeout)}, now)
+				reason: fmt.Sprintf("no ACK within %s", step.AckTimeout), track: TrackAck}, now)
 		}})
 }
 

@@ -56,6 +56,30 @@ func scanDeadLetter(row pgx.Row) (DeadLetter, error) {
 	return d, json.Unmarshal(props, &d.Properties)
 }
 
+// PendingDeadLetters counts the dead letters not dealt with, by kind: step
+// dead letters whose job was not replayed, and every bus dead letter (they
+// are inspected, never replayed). A kind without any is absent.
+func (s *Store) PendingDeadLetters(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, sqlPendingDeadLetters)
+	if err != nil {
+		return nil, fmt.Errorf("pending dead letters: %w", err)
+	}
+	out := map[string]int64{}
+	err = pgxForEach(rows, func(row pgx.CollectableRow) error {
+		var kind string
+		var n int64
+		if err := row.Scan(&kind, &n); err != nil {
+			return err
+		}
+		out[kind] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pending dead letters: %w", err)
+	}
+	return out, nil
+}
+
 // MarkReplayed links a failed job's step dead letters to the job replaying it.
 func (t *Tx) MarkReplayed(ctx context.Context, jobID, replayJobID string) error {
 	if _, err := t.tx.Exec(ctx, sqlMarkReplayed, jobID, replayJobID); err != nil {

@@ -91,6 +91,9 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if len(tx.outbox) > 0 {
 		s.notify.poke(tx.waiting()...)
 	}
+	for _, f := range tx.committed {
+		f()
+	}
 	return nil
 }
 

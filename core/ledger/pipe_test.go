@@ -12,9 +12,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }
+// metrics reads what the package's tests record on the global meter provider.
+var metrics *telemetrytest.Reader
+
+func TestMain(m *testing.M) {
+	metrics = telemetrytest.InstallGlobal()
+	pgtest.Main(m, Migrations)
+}
 
 // countedPool is a one-connection pool on a fresh database with a scratch
 // table pipe_t(id, v), counting its waits on the server.

@@ -14,6 +14,7 @@ const (
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
 	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify,
+	(SELECT r.received_at FROM requests r WHERE r.job_id = jobs.job_id) AS received_at,
 	'' AS submitted_by` // the orchestrator's copy does not need it; jobView reads it
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
@@ -49,7 +50,7 @@ const (
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
 	r.replay_of, j.deadline_at,
 	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify,
-	r.submitted_by
+	r.received_at, r.submitted_by
 	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
 )
 
@@ -274,6 +275,10 @@ const (
 	  AND (NOT $5::bool OR job_id IN (SELECT job_id FROM requests WHERE tenant_id = ANY($6::text[])))
 	ORDER BY id DESC LIMIT $4`
 
+	// sqlPendingDeadLetters counts the dead letters not replayed, by kind
+	// (index dead_letters_pending).
+	sqlPendingDeadLetters = `SELECT kind, count(*) FROM dead_letters WHERE replay_job_id = '' GROUP BY kind`
+
 	sqlMarkReplayed = `UPDATE dead_letters SET replay_job_id = $2 WHERE job_id = $1 AND kind = 'step' AND replay_job_id = ''`
 
 	sqlReplays = `SELECT job_id FROM requests WHERE replay_of = $1 ORDER BY received_at, job_id`
@@ -379,18 +384,18 @@ const (
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
-	var heartbeat, cancelAt, completedAt *time.Time
+	var heartbeat, cancelAt, completedAt, received *time.Time
 	var payload []byte
 	var deadline *time.Time
 	err := row.Scan(&j.JobID, &j.TenantID, &j.RequestType, &j.WorkflowID, &j.WorkflowVersion, &j.Status,
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
-		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &j.SubmittedBy)
+		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &received, &j.SubmittedBy)
 	if err != nil {
 		return nil, err
 	}
-	j.DeadlineAt = derefTime(deadline)
+	j.DeadlineAt, j.ReceivedAt = derefTime(deadline), derefTime(received)
 	j.Payload = payload
 	j.OwnerHeartbeatAt, j.CancelRequestedAt, j.CompletedAt = derefTime(heartbeat), derefTime(cancelAt), derefTime(completedAt)
 	return &j, nil

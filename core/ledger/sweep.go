@@ -133,7 +133,10 @@ func (t *Tx) AllSteps(ctx context.Context, jobID string) ([]Step, error) {
 
 // InsertDeadLetter records something that could not be processed.
 func (t *Tx) InsertDeadLetter(ctx context.Context, d DeadLetter) error {
-	_, err := execDeadLetter(ctx, t.tx, d)
+	tag, err := execDeadLetter(ctx, t.tx, d)
+	if err == nil && tag.RowsAffected() == 1 {
+		t.countDeadLetter(ctx, d.Kind)
+	}
 	return err
 }
 
@@ -147,6 +150,9 @@ func (s *Store) CollectDeadLetter(ctx context.Context, d DeadLetter) (bool, erro
 			return err
 		}
 		inserted = tag.RowsAffected() == 1
+		if inserted {
+			tx.countDeadLetter(ctx, d.Kind)
+		}
 		if inserted && d.JobID != "" {
 			tx.Append(Event{JobID: d.JobID, StepID: d.StepID, AttemptNo: d.AttemptNo, Type: EventBusDeadLetter, Reason: d.Reason,
 				Data: map[string]any{"entity": d.Entity, "message_id": d.MessageID, "description": d.Description}})

@@ -21,6 +21,8 @@ type Tx struct {
 	released []string
 	events   []Event
 	outbox   []OutboxMessage
+	// committed run after the commit (AfterCommit).
+	committed []func()
 }
 
 // SQL is the transaction for packages that keep their own tables in the ledger's database and must write them in the same transaction (runbook).
@@ -52,6 +54,12 @@ func (t *Tx) Annotate(jobID, key, value string) {
 		e.Data = data
 	}
 }
+
+// AfterCommit runs f once the transaction has committed, in the order
+// registered. A transaction that rolls back drops it, and so does a try that
+// InTx runs again (each try has a new Tx): what f records, such as a metric,
+// describes a change that is in the ledger.
+func (t *Tx) AfterCommit(f func()) { t.committed = append(t.committed, f) }
 
 // Enqueue records messages to publish, written when the transaction commits.
 func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }

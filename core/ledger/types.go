@@ -170,7 +170,11 @@ type Job struct {
 	// GetJob, ListJobs; empty on the orchestrator's locked copy).
 	SubmittedBy string
 	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
-	DeadlineAt  time.Time
+	DeadlineAt time.Time
+	// ReceivedAt is when its request was accepted (the submit); CreatedAt
+	// when an orchestrator created the job, or for a job read before that
+	// (GetJob, ListJobs), the submit too.
+	ReceivedAt  time.Time
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	CompletedAt time.Time

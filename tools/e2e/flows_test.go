@@ -156,7 +156,7 @@ func assertMetrics(t *testing.T, s *suite) {
 	t.Helper()
 	for addr, metric := range map[string]string{
 		s.Endpoints.GatewayHTTP: "lucius_gateway_submits_total",
-		s.Endpoints.OrchHTTP[0]: "lucius_orchestrator_callbacks_total",
+		s.Endpoints.OrchHTTP[0]: "lucius_callbacks_total",
 		s.Endpoints.Reconciler:  "lucius_outbox_published_total",
 	} {
 		resp, err := s.metrics(addr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -34,13 +35,28 @@ type callbackService struct {
 
 var _ luciusv1.CallbackServiceServer = (*callbackService)(nil)
 
+// outcomeRefused is the outcome of lucius_callbacks_total for a callback
+// whose token was refused (nothing applied); the others are the engine's
+// outcomes in lower case (applied, duplicate, stale_attempt, lease_mismatch,
+// after_terminal). Seed 004 names one more, fenced: a callback whose write
+// an owner epoch fenced. None is: any instance applies any job's callbacks,
+// guarded by (attempt_no, lease_id) under the job's lock, not by its owner's
+// epoch. Owners' fenced writes are lucius_orchestrator_fenced_writes_total.
+const outcomeRefused = "refused"
+
 func newCallbackService(eng *engine.Engine, keys *auth.CallbackKeys, log *slog.Logger) (*callbackService, error) {
-	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_callbacks_total",
-		metric.WithDescription("ACK, RESULT and HEARTBEAT callbacks, by kind and outcome (APPLIED, DUPLICATE, STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL, REFUSED)."))
+	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_callbacks_total",
+		metric.WithDescription("Worker callbacks, by kind (ack, result, heartbeat, get_directive) and outcome "+
+			"(applied, duplicate, stale_attempt, lease_mismatch, after_terminal, refused; fenced never happens)."))
 	if err != nil {
 		return nil, err
 	}
 	return &callbackService{engine: eng, keys: keys, log: log, callbacks: c}, nil
+}
+
+// count counts a callback of kind (ACK, RESULT, …) with outcome.
+func (s *callbackService) count(ctx context.Context, kind, outcome string) {
+	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", strings.ToLower(kind)), attribute.String("outcome", outcome)))
 }
 
 // admit checks the callback's token before anything is applied: it must be
@@ -56,7 +72,7 @@ func (s *callbackService) admit(ctx context.Context, kind, jobID, stepID string,
 	}
 	refusal := &auth.CallbackRefusal{Reason: auth.RefusedMalformed, Detail: err.Error()}
 	errors.As(err, &refusal)
-	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", "REFUSED")))
+	s.count(ctx, kind, outcomeRefused)
 	s.log.WarnContext(ctx, "callback "+kind+" refused", telemetry.JobID(jobID), telemetry.StepID(stepID),
 		telemetry.AttemptNo(int(attemptNo)), "reason", refusal.Reason, "detail", refusal.Detail, "principal", p.String())
 	event := ledger.Event{JobID: jobID, StepID: stepID, AttemptNo: int(attemptNo), Type: ledger.EventCallbackRefused,
@@ -136,7 +152,7 @@ func (s *callbackService) GetDirective(ctx context.Context, req *luciusv1.GetDir
 func (s *callbackService) record(ctx context.Context, kind string, outcome luciusv1.CallbackOutcome, jobID, stepID string, attempt int32,
 	status, correlationID string) {
 	name := outcome.String()[len("CALLBACK_OUTCOME_"):]
-	s.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", name)))
+	s.count(ctx, kind, strings.ToLower(name))
 	level := slog.LevelInfo
 	if kind == "HEARTBEAT" && outcome == luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		level = slog.LevelDebug // one every lease/3 per running step

@@ -63,18 +63,27 @@ type ownership struct {
 	cfg    OwnershipConfig
 	log    *slog.Logger
 	fenced metric.Int64Counter
+	// reclaims counts the orphans this instance took over.
+	reclaims metric.Int64Counter
 
 	mu   sync.Mutex
 	jobs map[string]int64
 }
 
 func newOwnership(store *ledger.Store, eng *engine.Engine, owner string, cfg OwnershipConfig, log *slog.Logger) (*ownership, error) {
-	fenced, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_orchestrator_fenced_writes_total",
+	meter := otel.Meter("lucius/orchestrator")
+	fenced, err := meter.Int64Counter("lucius_orchestrator_fenced_writes_total",
 		metric.WithDescription("Writes this instance made at an owner epoch another instance had moved past (rejected)."))
 	if err != nil {
 		return nil, err
 	}
-	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, jobs: map[string]int64{}}, nil
+	reclaims, err := meter.Int64Counter("lucius_orchestrator_reclaims_total",
+		metric.WithDescription("Orphaned jobs (owner silent past the orphan threshold) this instance reclaimed at a new epoch."))
+	if err != nil {
+		return nil, err
+	}
+	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, reclaims: reclaims,
+		jobs: map[string]int64{}}, nil
 }
 
 // load adopts the live jobs already held under this owner id (a restart
@@ -157,6 +166,9 @@ func (o *ownership) reclaim(ctx context.Context) {
 		}
 		return
 	}
+	// Committed: the new epochs are the ledger's. Adding 0 too exports the
+	// series (at 0) from the first scan on.
+	o.reclaims.Add(ctx, int64(len(reclaimed)))
 	for _, r := range reclaimed {
 		o.hold(r.JobID, r.Epoch)
 		o.log.InfoContext(ctx, "reclaimed orphaned job", telemetry.JobID(r.JobID), "previous_owner", r.PreviousOwner,

@@ -20,10 +20,17 @@ import (
 	"github.com/lucius-platform/lucius/core/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, runbook.Migrations) }
+// metrics reads what the package's tests record on the global meter provider.
+var metrics *telemetrytest.Reader
+
+func TestMain(m *testing.M) {
+	metrics = telemetrytest.InstallGlobal()
+	pgtest.Main(m, ledger.Migrations, runbook.Migrations)
+}
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -66,7 +73,8 @@ func newJob(t *testing.T, ctx context.Context, store *ledger.Store, eng *engine.
 
 // An instance keeps what it owns at the epochs it took; once another
 // instance reclaims a job, this one's heartbeat for it is fenced: rejected,
-// logged, recorded, and the job forgotten. Reclaiming orphans adopts them.
+// logged, recorded, and the job forgotten. Reclaiming orphans adopts them
+// and counts them.
 func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -107,9 +115,13 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reclaims := metrics.Value(t, "lucius_orchestrator_reclaims_total")
 	b.reclaim(ctx)
 	if held := b.held(); len(held) != 1 || held[0] != (ledger.OwnedJob{JobID: mine, Epoch: 2}) {
 		t.Fatalf("orch-b reclaimed %+v", held)
+	}
+	if n := metrics.Value(t, "lucius_orchestrator_reclaims_total") - reclaims; n != 1 {
+		t.Fatalf("counted %v reclaims, want 1", n)
 	}
 
 	a.heartbeat(ctx) // the zombie's write

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -172,4 +175,34 @@ func (c *collector) close() {
 	for _, r := range c.receivers {
 		_ = r.Close(context.Background())
 	}
+}
+
+// pendingTimeout bounds the query behind lucius_dead_letters_pending.
+const pendingTimeout = 5 * time.Second
+
+// pendingKinds are the kinds lucius_dead_letters_pending reports, 0 when
+// there are none: a bounded label set whose series always exist.
+var pendingKinds = []string{ledger.DeadLetterStep, ledger.DeadLetterBus}
+
+// registerPendingDeadLetters reports lucius_dead_letters_pending{kind}, the
+// dead letters in the ledger nobody has dealt with (a step dead letter until
+// its job is replayed; a bus dead letter for good), read with one query per
+// collection, bounded by pendingTimeout. The reconciler alone reports it,
+// so the ledger is read once per scrape, not once per process.
+func registerPendingDeadLetters(meter metric.Meter, store *ledger.Store) error {
+	_, err := meter.Int64ObservableGauge("lucius_dead_letters_pending",
+		metric.WithDescription("Dead letters not dealt with (step: job not replayed; bus: all), by kind."),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			ctx, cancel := context.WithTimeout(ctx, pendingTimeout)
+			defer cancel()
+			pending, err := store.PendingDeadLetters(ctx)
+			if err != nil {
+				return err
+			}
+			for _, kind := range pendingKinds {
+				o.Observe(pending[kind], metric.WithAttributes(attribute.String("kind", kind)))
+			}
+			return nil
+		}))
+	return err
 }

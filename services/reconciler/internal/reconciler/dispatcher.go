@@ -92,7 +92,8 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 		return nil, err
 	}
 	lag, err := meter.Float64Histogram("lucius_outbox_dispatch_lag_seconds",
-		metric.WithDescription("Time from outbox write to publish."), metric.WithUnit("s"))
+		metric.WithDescription("Time from outbox write to publish."), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(telemetry.SecondsBuckets...))
 	if err != nil {
 		return nil, err
 	}

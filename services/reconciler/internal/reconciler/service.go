@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -139,6 +141,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics, err := newSweepMetrics(log)
 	if err != nil {
+		return err
+	}
+	if err := registerPendingDeadLetters(otel.Meter("lucius/reconciler"), store); err != nil {
 		return err
 	}
 	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{}, draining: map[string]bool{},

@@ -102,7 +102,7 @@ type sweepMetrics struct {
 func newSweepMetrics(log *slog.Logger) (*sweepMetrics, error) {
 	meter := otel.Meter("lucius/reconciler")
 	actions, err := meter.Int64Counter("lucius_sweeper_actions_total",
-		metric.WithDescription("Sweeper repairs, by sweeper and outcome (RETRIED, FAILED_FINAL, REENQUEUED, REQUEUED, REPORTED, COLLECTED)."))
+		metric.WithDescription("Sweeper repairs, by sweeper and outcome (RETRIED, FAILED_FINAL, CLOSED, REENQUEUED, REQUEUED, REPORTED, COLLECTED, REPAIRED)."))
 	if err != nil {
 		return nil, err
 	}
