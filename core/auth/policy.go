@@ -28,6 +28,11 @@ var MethodRoles = map[string][]Role{
 
 	luciusv1.DeadLetterService_ListDeadLetters_FullMethodName: partnerOrOperator,
 	luciusv1.DeadLetterService_GetDeadLetter_FullMethodName:   partnerOrOperator,
+	luciusv1.AssetService_GetAsset_FullMethodName:             partnerOrOperator,
+	luciusv1.AssetService_LookupAsset_FullMethodName:          partnerOrOperator,
+	luciusv1.AssetService_ListAssetRevisions_FullMethodName:   partnerOrOperator,
+	luciusv1.AssetService_RollbackAsset_FullMethodName:        partnerOrOperator,
+	luciusv1.AssetService_DeleteAsset_FullMethodName:          partnerOrOperator,
 
 	// Partners may read and validate definitions: they name the request
 	// types a partner can submit. Registering one is an operator's change.

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -272,6 +274,13 @@ func finish(ctx context.Context, tx *ledger.Tx, job *ledger.Job, nodes map[strin
 		job.Reason = reason // keep a more specific reason already recorded (the failing step's)
 	}
 	setJobStatus(tx, job, status, code, now)
+	hash := ""
+	if status == ledger.JobSucceeded {
+		hash = contentHash(lastTask(nodes))
+	}
+	if err := tx.FinishRevision(ctx, job.JobID, status, hash); err != nil { // the job's asset revision, if any
+		return err
+	}
 	if job.Notify != "" {
 		msg, err := jobUpdate(job, lastTask(nodes), now)
 		if err != nil {
@@ -307,4 +316,17 @@ func orEmptyObject(raw []byte) []byte {
 		return []byte("{}")
 	}
 	return raw
+}
+
+// contentHash is the SHA-256 of what a job produced: its final step's
+// artifacts (name and SHA-256 each, in order); empty without artifacts.
+func contentHash(step *ledger.Step) string {
+	if step == nil || len(step.Artifacts) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, a := range step.Artifacts {
+		fmt.Fprintf(h, "%s\x00%s\n", a.Name, a.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -15,7 +15,7 @@ const (
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
 	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify,
 	(SELECT r.received_at FROM requests r WHERE r.job_id = jobs.job_id) AS received_at,
-	'' AS submitted_by` // the orchestrator's copy does not need it; jobView reads it
+	'' AS submitted_by, '' AS asset_id, 0 AS asset_revision` // the orchestrator's copy needs none of these three; jobView reads them
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
 	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
@@ -50,8 +50,8 @@ const (
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
 	r.replay_of, j.deadline_at,
 	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify,
-	r.received_at, r.submitted_by
-	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id`
+	r.received_at, r.submitted_by, coalesce(ar.asset_id, '') AS asset_id, coalesce(ar.revision, 0) AS asset_revision
+	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id LEFT JOIN asset_revisions ar ON ar.job_id = r.job_id`
 )
 
 const (
@@ -391,7 +391,8 @@ func scanJob(row pgx.Row) (*Job, error) {
 		&j.Routing.Mode, &j.Routing.Partition, &j.Routing.RoutingKey, &j.Routing.Topic, &j.Routing.DecisionSource,
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
-		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &received, &j.SubmittedBy)
+		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &received, &j.SubmittedBy,
+		&j.AssetID, &j.AssetRevision)
 	if err != nil {
 		return nil, err
 	}

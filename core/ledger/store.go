@@ -15,6 +15,9 @@ type Accepted struct {
 	// Status is the job's status now: RECEIVED when created.
 	Status     JobStatus
 	ReceivedAt time.Time
+	// AssetRevision is the revision of the request's asset the job
+	// processes (0: the request names no asset).
+	AssetRevision int
 }
 
 // accepted is a JOB_ACCEPTED event's data.
@@ -37,10 +40,16 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 	}
 	var created bool
 	var received time.Time
+	var revision int
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error
 		if received, created, err = tx.insertRequest(ctx, r); err != nil || !created {
 			return err
+		}
+		if r.Asset.AssetID != "" {
+			if revision, err = tx.addRevision(ctx, r); err != nil {
+				return err
+			}
 		}
 		tx.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode, limits: limits}
 		tx.Enqueue(msg)
@@ -52,7 +61,7 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 		return Accepted{}, err
 	}
 	if created { // no second round trip to read back what was just written
-		return Accepted{Created: true, Status: JobReceived, ReceivedAt: received}, nil
+		return Accepted{Created: true, Status: JobReceived, ReceivedAt: received, AssetRevision: revision}, nil
 	}
 	var hash string
 	if err := s.pool.QueryRow(ctx, sqlRequestHash, r.JobID).Scan(&hash); err != nil {
@@ -65,7 +74,7 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 	if err != nil {
 		return Accepted{}, err
 	}
-	return Accepted{Status: job.Status, ReceivedAt: job.CreatedAt}, nil
+	return Accepted{Status: job.Status, ReceivedAt: job.CreatedAt, AssetRevision: job.AssetRevision}, nil
 }
 
 // RequestExists reports whether a request with this job id was accepted.

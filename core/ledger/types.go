@@ -133,6 +133,8 @@ type Request struct {
 	// ends or a step reports POLLING (jobs of the runbook executor).
 	Notify     string
 	ReceivedAt time.Time
+	// Asset is the asset the request names, if any (see AssetRef).
+	Asset AssetRef
 	// Principal names who submitted it (issuer#subject; an operator's for a
 	// replay, "runbook:<table>" for a runbook row): the job's submitted_by and
 	// the JOB_ACCEPTED event's principal; never a secret.
@@ -166,9 +168,12 @@ type Job struct {
 	ReplayOf string
 	// Notify is the request's job-update topic (see Request.Notify).
 	Notify string
-	// SubmittedBy is the request's Principal (read with the job's view:
-	// GetJob, ListJobs; empty on the orchestrator's locked copy).
-	SubmittedBy string
+	// SubmittedBy is the request's Principal, and AssetID and AssetRevision
+	// its asset revision (read with the job's view: GetJob, ListJobs; empty
+	// on the orchestrator's locked copy).
+	SubmittedBy   string
+	AssetID       string
+	AssetRevision int
 	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
 	DeadlineAt time.Time
 	// ReceivedAt is when its request was accepted (the submit); CreatedAt

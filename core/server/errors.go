@@ -29,7 +29,11 @@ const (
 	ReasonDeadLetterNotFound   = "DEAD_LETTER_NOT_FOUND"
 	// ReasonDirectiveNotFound: CallbackService.GetDirective found no detached
 	// directive for the attempt (sent whole, or another lease).
-	ReasonDirectiveNotFound    = "DIRECTIVE_NOT_FOUND"
+	ReasonDirectiveNotFound = "DIRECTIVE_NOT_FOUND"
+	// Assets (AssetService, and commands naming an asset).
+	ReasonAssetNotFound        = "ASSET_NOT_FOUND"
+	ReasonAssetDeleted         = "ASSET_DELETED"
+	ReasonRevisionNotSucceeded = "REVISION_NOT_SUCCEEDED"
 	ReasonModeForbidden        = "MODE_FORBIDDEN"
 	ReasonTenantLimit          = "TENANT_LIMIT_REACHED"
 	ReasonLaneLimit            = "LANE_LIMIT_REACHED"

@@ -109,7 +109,15 @@ type Command struct {
 	// Who submitted the command: the gateway sets it to the caller's
 	// authenticated principal (issuer#subject) and ignores any value sent.
 	// It is kept with the stored command and shown on the job.
-	SubmittedBy   string `protobuf:"bytes,12,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	SubmittedBy string `protobuf:"bytes,12,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	// The partner platform's identifier of the thing processed (seed 001 §1),
+	// e.g. "ddh". With platform_refs it names an asset: Lucius derives
+	// asset_id = hex(SHA-256(platform_id | canonical platform_refs))[:32] and
+	// links the job to the asset's next revision. Never a key of Lucius's own.
+	PlatformId string `protobuf:"bytes,13,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
+	// The platform's references, e.g. dataset_id, resource_id, version_id:
+	// stored as given, never interpreted. Needs platform_id.
+	PlatformRefs  map[string]string `protobuf:"bytes,14,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +236,20 @@ func (x *Command) GetSubmittedBy() string {
 	return ""
 }
 
+func (x *Command) GetPlatformId() string {
+	if x != nil {
+		return x.PlatformId
+	}
+	return ""
+}
+
+func (x *Command) GetPlatformRefs() map[string]string {
+	if x != nil {
+		return x.PlatformRefs
+	}
+	return nil
+}
+
 // SubmitRequest carries one command envelope.
 type SubmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -284,7 +306,11 @@ type SubmitResponse struct {
 	// True when the command repeated an earlier one and no new job was created.
 	Duplicate bool `protobuf:"varint,3,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// When the job was first accepted.
-	AcceptTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
+	AcceptTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
+	// The asset the command names (platform_id and platform_refs), and the
+	// revision this job processes; empty and 0 without one.
+	AssetId       string `protobuf:"bytes,5,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	AssetRevision int32  `protobuf:"varint,6,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,11 +373,25 @@ func (x *SubmitResponse) GetAcceptTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SubmitResponse) GetAssetId() string {
+	if x != nil {
+		return x.AssetId
+	}
+	return ""
+}
+
+func (x *SubmitResponse) GetAssetRevision() int32 {
+	if x != nil {
+		return x.AssetRevision
+	}
+	return 0
+}
+
 var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x93\x05\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x9a\a\n" +
 	"\aCommand\x12N\n" +
 	"\ttenant_id\x18\x01 \x01(\tB1\xe0A\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12I\n" +
 	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
@@ -366,15 +406,23 @@ const file_lucius_v1_command_proto_rawDesc = "" +
 	"\x0ecorrelation_id\x18\n" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\x121\n" +
 	"\fcallback_url\x18\v \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\vcallbackUrl\x12&\n" +
-	"\fsubmitted_by\x18\f \x01(\tB\x03\xe0A\x03R\vsubmittedBy\"H\n" +
+	"\fsubmitted_by\x18\f \x01(\tB\x03\xe0A\x03R\vsubmittedBy\x12J\n" +
+	"\vplatform_id\x18\r \x01(\tB)\xbaH&r$\x18\x80\x012\x1f^([A-Za-z0-9][A-Za-z0-9._-]*)?$R\n" +
+	"platformId\x12x\n" +
+	"\rplatform_refs\x18\x0e \x03(\v2$.lucius.v1.Command.PlatformRefsEntryB-\xbaH*\x9a\x01'\x10\x10\"\x1ar\x182\x16^[a-z][a-z0-9_]{0,63}$*\ar\x05\x10\x01\x18\x80\x02R\fplatformRefs\x1a?\n" +
+	"\x11PlatformRefsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\rSubmitRequest\x127\n" +
-	"\acommand\x18\x01 \x01(\v2\x12.lucius.v1.CommandB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\acommand\"\xb0\x01\n" +
+	"\acommand\x18\x01 \x01(\v2\x12.lucius.v1.CommandB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\acommand\"\xf2\x01\n" +
 	"\x0eSubmitResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.lucius.v1.JobStatusR\x06status\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\x12;\n" +
 	"\vaccept_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"acceptTime*>\n" +
+	"acceptTime\x12\x19\n" +
+	"\basset_id\x18\x05 \x01(\tR\aassetId\x12%\n" +
+	"\x0easset_revision\x18\x06 \x01(\x05R\rassetRevision*>\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fMODE_DEFAULT\x10\x01\x12\x0e\n" +
@@ -396,29 +444,31 @@ func file_lucius_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_lucius_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lucius_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_lucius_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_lucius_v1_command_proto_goTypes = []any{
 	(Mode)(0),                     // 0: lucius.v1.Mode
 	(*Command)(nil),               // 1: lucius.v1.Command
 	(*SubmitRequest)(nil),         // 2: lucius.v1.SubmitRequest
 	(*SubmitResponse)(nil),        // 3: lucius.v1.SubmitResponse
-	(*structpb.Struct)(nil),       // 4: google.protobuf.Struct
-	(JobStatus)(0),                // 5: lucius.v1.JobStatus
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	nil,                           // 4: lucius.v1.Command.PlatformRefsEntry
+	(*structpb.Struct)(nil),       // 5: google.protobuf.Struct
+	(JobStatus)(0),                // 6: lucius.v1.JobStatus
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_lucius_v1_command_proto_depIdxs = []int32{
 	0, // 0: lucius.v1.Command.mode:type_name -> lucius.v1.Mode
-	4, // 1: lucius.v1.Command.payload:type_name -> google.protobuf.Struct
-	1, // 2: lucius.v1.SubmitRequest.command:type_name -> lucius.v1.Command
-	5, // 3: lucius.v1.SubmitResponse.status:type_name -> lucius.v1.JobStatus
-	6, // 4: lucius.v1.SubmitResponse.accept_time:type_name -> google.protobuf.Timestamp
-	2, // 5: lucius.v1.CommandService.Submit:input_type -> lucius.v1.SubmitRequest
-	3, // 6: lucius.v1.CommandService.Submit:output_type -> lucius.v1.SubmitResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 1: lucius.v1.Command.payload:type_name -> google.protobuf.Struct
+	4, // 2: lucius.v1.Command.platform_refs:type_name -> lucius.v1.Command.PlatformRefsEntry
+	1, // 3: lucius.v1.SubmitRequest.command:type_name -> lucius.v1.Command
+	6, // 4: lucius.v1.SubmitResponse.status:type_name -> lucius.v1.JobStatus
+	7, // 5: lucius.v1.SubmitResponse.accept_time:type_name -> google.protobuf.Timestamp
+	2, // 6: lucius.v1.CommandService.Submit:input_type -> lucius.v1.SubmitRequest
+	3, // 7: lucius.v1.CommandService.Submit:output_type -> lucius.v1.SubmitResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_command_proto_init() }
@@ -433,7 +483,7 @@ func file_lucius_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_command_proto_rawDesc), len(file_lucius_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1020,7 +1020,11 @@ type Job struct {
 	DeadlineTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=deadline_time,json=deadlineTime,proto3" json:"deadline_time,omitempty"`
 	// Who submitted it: the authenticated principal of the submit (issuer#subject),
 	// the operator who replayed it, or "runbook:<table>" for a runbook's row.
-	SubmittedBy   string `protobuf:"bytes,25,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	SubmittedBy string `protobuf:"bytes,25,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	// The asset the job processes and its revision (see AssetService); empty
+	// and 0 when the command named none.
+	AssetId       string `protobuf:"bytes,26,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	AssetRevision int32  `protobuf:"varint,27,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1228,6 +1232,20 @@ func (x *Job) GetSubmittedBy() string {
 		return x.SubmittedBy
 	}
 	return ""
+}
+
+func (x *Job) GetAssetId() string {
+	if x != nil {
+		return x.AssetId
+	}
+	return ""
+}
+
+func (x *Job) GetAssetRevision() int32 {
+	if x != nil {
+		return x.AssetRevision
+	}
+	return 0
 }
 
 // Attempt is one dispatch of a step to a worker under a fresh lease.
@@ -2412,7 +2430,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"media_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12&\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12\x1f\n" +
-	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xe8\a\n" +
+	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xaa\b\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12!\n" +
@@ -2446,7 +2464,9 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x10workflow_version\x18\x16 \x01(\x05R\x0fworkflowVersion\x12\x1b\n" +
 	"\treplay_of\x18\x17 \x01(\tR\breplayOf\x12?\n" +
 	"\rdeadline_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12!\n" +
-	"\fsubmitted_by\x18\x19 \x01(\tR\vsubmittedBy\"\xeb\x04\n" +
+	"\fsubmitted_by\x18\x19 \x01(\tR\vsubmittedBy\x12\x19\n" +
+	"\basset_id\x18\x1a \x01(\tR\aassetId\x12%\n" +
+	"\x0easset_revision\x18\x1b \x01(\x05R\rassetRevision\"\xeb\x04\n" +
 	"\aAttempt\x12\x1d\n" +
 	"\n" +
 	"attempt_no\x18\x01 \x01(\x05R\tattemptNo\x12\x19\n" +

@@ -58,6 +58,8 @@ type admitted struct {
 	route    routing.Decision
 	jobID    string
 	hash     string
+	// asset is the asset the command names (empty AssetID: none).
+	asset ledger.AssetRef
 	// limits are the admission limits of the command's tenant and lane.
 	limits     ledger.Limits
 	retryAfter time.Duration
@@ -119,6 +121,9 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 				"an operator sets webhook_secrets in its tenant configuration first", tenant)
 		}
 	}
+	if len(cmd.GetPlatformRefs()) > 0 && cmd.GetPlatformId() == "" {
+		add("platform_id", server.ReasonInvalidArgument, "is required with platform_refs: together they name the asset")
+	}
 	if known {
 		_, violations := def.Bind(cmd.GetPayload().AsMap())
 		for _, v := range violations {
@@ -153,8 +158,12 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 		jobID = sha256Hex("lucius/job/v1/key\n" + tenant + "\n" + key)
 	}
 	limits := ledger.Limits{Tenant: eff.MaxActive, Lane: cfg.LaneLimit(route.Mode), Global: cfg.Global.Limits.Global}
-	return &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash,
-		limits: limits, retryAfter: eff.RetryAfter}, nil, nil
+	a := &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash,
+		limits: limits, retryAfter: eff.RetryAfter}
+	if id := cmd.GetPlatformId(); id != "" {
+		a.asset = ledger.AssetRef{AssetID: ledger.AssetIDOf(id, cmd.GetPlatformRefs()), PlatformID: id, PlatformRefs: cmd.GetPlatformRefs()}
+	}
+	return a, nil, nil
 }
 
 // canonicalForm is the command as JSON with sorted keys and the tenant
@@ -173,6 +182,9 @@ func canonicalForm(cmd *luciusv1.Command, tenant string) string {
 		"schema_version": major,
 		"doc_id":         strings.TrimSpace(cmd.GetDocId()),
 		"callback_url":   cmd.GetCallbackUrl(),
+	}
+	if id := cmd.GetPlatformId(); id != "" { // only when set: older commands keep their job ids
+		form["platform_id"], form["platform_refs"] = id, cmd.GetPlatformRefs()
 	}
 	b, _ := json.Marshal(form) // maps marshal with sorted keys
 	return string(b)

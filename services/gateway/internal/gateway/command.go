@@ -120,6 +120,12 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		return nil, server.Error(codes.AlreadyExists, server.ReasonIdempotencyKeyReused,
 			"idempotency_key was already used by this tenant for a different command; use a new key",
 			"job_id", a.jobID).Err()
+	case errors.Is(err, ledger.ErrAssetDeleted):
+		s.count(ctx, "asset_deleted", cmd.GetRequestType())
+		log.InfoContext(ctx, "command refused: its asset is deleted", "asset_id", a.asset.AssetID)
+		return nil, server.Error(codes.FailedPrecondition, server.ReasonAssetDeleted,
+			"the asset these platform_id and platform_refs name was deleted; it takes no new revisions",
+			"asset_id", a.asset.AssetID).Err()
 	case errors.Is(err, errEncode):
 		log.ErrorContext(ctx, "encode command", telemetry.Err(err))
 		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
@@ -134,7 +140,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	s.count(ctx, outcome, cmd.GetRequestType())
 	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition)
 	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Status), Duplicate: !res.Created,
-		AcceptTime: timestamppb.New(res.ReceivedAt)}, nil
+		AcceptTime: timestamppb.New(res.ReceivedAt), AssetId: a.asset.AssetID, AssetRevision: int32(res.AssetRevision)}, nil
 }
 
 // errEncode marks a command that could not be encoded for storage.
@@ -154,6 +160,7 @@ func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.
 		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(), Principal: cmd.GetSubmittedBy(),
 		Command: raw, Routing: ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
 			Topic: a.route.Topic, DecisionSource: string(a.route.Source), DecisionReason: a.route.Reason},
+		Asset: a.asset,
 	}
 	msg, err := engine.QueuedJobMessage(ctx, request, cmd)
 	if err != nil {

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// assetService implements lucius.v1.AssetService from the ledger. Every call
+// names its tenant; a tenant the caller does not hold has no assets for it
+// (NOT_FOUND, as a missing asset).
+type assetService struct {
+	luciusv1.UnimplementedAssetServiceServer
+	store *ledger.Store
+	log   *slog.Logger
+}
+
+var _ luciusv1.AssetServiceServer = (*assetService)(nil)
+
+// GetAsset returns an asset by id.
+func (s *assetService) GetAsset(ctx context.Context, req *luciusv1.GetAssetRequest) (*luciusv1.GetAssetResponse, error) {
+	a, err := s.get(ctx, req.GetTenantId(), req.GetAssetId())
+	if err != nil {
+		return nil, err
+	}
+	return &luciusv1.GetAssetResponse{Asset: a}, nil
+}
+
+// LookupAsset finds the asset a platform's identifiers name.
+func (s *assetService) LookupAsset(ctx context.Context, req *luciusv1.LookupAssetRequest) (*luciusv1.LookupAssetResponse, error) {
+	a, err := s.get(ctx, req.GetTenantId(), ledger.AssetIDOf(req.GetPlatformId(), req.GetPlatformRefs()))
+	if err != nil {
+		return nil, err
+	}
+	return &luciusv1.LookupAssetResponse{Asset: a}, nil
+}
+
+// ListAssetRevisions lists an asset's revisions, newest first.
+func (s *assetService) ListAssetRevisions(ctx context.Context, req *luciusv1.ListAssetRevisionsRequest) (*luciusv1.ListAssetRevisionsResponse, error) {
+	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
+	if _, err := s.get(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	size := pageSize(req, 50)
+	before, err := decodeIDToken(req.GetPageToken(), 2) // the oldest revision on a page before is 2 or more
+	if err != nil {
+		return nil, err
+	}
+	revs, err := s.store.AssetRevisions(ctx, tenant, id, int(before), size+1)
+	if err != nil {
+		return nil, s.error(ctx, err, id)
+	}
+	resp := &luciusv1.ListAssetRevisionsResponse{}
+	if len(revs) > size {
+		revs = revs[:size]
+		resp.NextPageToken = encodeIDToken(int64(revs[size-1].Revision))
+	}
+	for _, r := range revs {
+		resp.Revisions = append(resp.Revisions, &luciusv1.AssetRevision{Revision: int32(r.Revision), JobId: r.JobID,
+			Status: jobStatusToProto(r.Status), ContentHash: r.ContentHash, Current: r.Current,
+			CreateTime: ts(r.CreatedAt), CompleteTime: ts(r.CompletedAt)})
+	}
+	return resp, nil
+}
+
+// RollbackAsset makes an earlier succeeded revision current again.
+func (s *assetService) RollbackAsset(ctx context.Context, req *luciusv1.RollbackAssetRequest) (*luciusv1.RollbackAssetResponse, error) {
+	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
+	if _, err := s.get(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	a, err := s.store.RollbackAsset(ctx, tenant, id, int(req.GetRevision()))
+	if errors.Is(err, ledger.ErrRevisionNotSucceeded) {
+		return nil, server.Error(codes.FailedPrecondition, server.ReasonRevisionNotSucceeded,
+			"only a revision that succeeded can become current: "+err.Error(), "asset_id", id).Err()
+	}
+	if err != nil {
+		return nil, s.error(ctx, err, id)
+	}
+	s.log.InfoContext(ctx, "asset rolled back", "asset_id", id, telemetry.TenantID(tenant), "revision", req.GetRevision(),
+		"current_job_id", a.CurrentJobID, "principal", principalName(ctx))
+	return &luciusv1.RollbackAssetResponse{Asset: assetToProto(a)}, nil
+}
+
+// DeleteAsset soft-deletes an asset.
+func (s *assetService) DeleteAsset(ctx context.Context, req *luciusv1.DeleteAssetRequest) (*luciusv1.DeleteAssetResponse, error) {
+	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
+	if _, err := s.get(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	a, err := s.store.DeleteAsset(ctx, tenant, id, principalName(ctx))
+	if err != nil {
+		return nil, s.error(ctx, err, id)
+	}
+	s.log.InfoContext(ctx, "asset deleted", "asset_id", id, telemetry.TenantID(tenant), "principal", principalName(ctx))
+	return &luciusv1.DeleteAssetResponse{Asset: assetToProto(a)}, nil
+}
+
+// get loads an asset of a tenant the caller holds.
+func (s *assetService) get(ctx context.Context, tenant, id string) (*luciusv1.Asset, error) {
+	tenant = routing.Normalize(tenant)
+	if !auth.FromContext(ctx).CanActFor(tenant) {
+		return nil, s.error(ctx, ledger.ErrNotFound, id)
+	}
+	a, err := s.store.GetAsset(ctx, tenant, id)
+	if err != nil {
+		return nil, s.error(ctx, err, id)
+	}
+	return assetToProto(a), nil
+}
+
+func (s *assetService) error(ctx context.Context, err error, id string) error {
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return server.Error(codes.NotFound, server.ReasonAssetNotFound, "asset "+id+" not found", "asset_id", id).Err()
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
+	}
+	s.log.ErrorContext(ctx, "assets", "asset_id", id, telemetry.Err(err))
+	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+}
+
+func assetToProto(a *ledger.Asset) *luciusv1.Asset {
+	return &luciusv1.Asset{AssetId: a.AssetID, TenantId: a.TenantID, PlatformId: a.PlatformID, PlatformRefs: a.PlatformRefs,
+		Revisions: int32(a.Revisions), CurrentRevision: int32(a.CurrentRevision), CurrentJobId: a.CurrentJobID,
+		ContentHash: a.ContentHash, ProcessingStatus: jobStatusToProto(a.ProcessingStatus), CreatedBy: a.CreatedBy,
+		CreateTime: ts(a.CreatedAt), UpdateTime: ts(a.UpdatedAt), DeleteTime: ts(a.DeletedAt), DeletedBy: a.DeletedBy}
+}
