@@ -139,18 +139,16 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("worker %s: declare subscriptions: %w", r.cfg.Service, err)
 	}
 	subs := topology.DirectiveSubscriptions(r.cfg.Topology, r.cfg.Service)
-	receivers := make([]bus.Receiver, 0, len(subs))
+	receivers, err := r.openReceivers(ctx, subs)
 	defer func() {
 		for _, rcv := range receivers {
-			rcv.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing only stops local waiting
+			if rcv != nil {
+				rcv.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing only stops local waiting
+			}
 		}
 	}()
-	for _, s := range subs {
-		rcv, err := r.bus.NewReceiver(ctx, s.Source())
-		if err != nil {
-			return fmt.Errorf("worker %s: receive from %s: %w", r.cfg.Service, s.Source(), err)
-		}
-		receivers = append(receivers, rcv)
+	if err != nil {
+		return err
 	}
 
 	// In-flight work outlives ctx by up to ShutdownGrace.
@@ -178,6 +176,34 @@ func (r *Runner) Run(ctx context.Context) error {
 	timer.Stop()
 	r.log.InfoContext(work, "worker stopped")
 	return nil
+}
+
+// openReceiversAtOnce bounds how many receivers a worker opens at once: on
+// Service Bus opening one takes a round trip or two, and a service has a
+// subscription on every directive topic (32).
+const openReceiversAtOnce = 8
+
+// openReceivers opens a receiver on every subscription, several at a time.
+// On an error the ones opened are returned too, for the caller to close.
+func (r *Runner) openReceivers(ctx context.Context, subs []topology.Subscription) ([]bus.Receiver, error) {
+	receivers := make([]bus.Receiver, len(subs))
+	errs := make([]error, len(subs))
+	sem := make(chan struct{}, openReceiversAtOnce)
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rcv, err := r.bus.NewReceiver(ctx, s.Source())
+			if err != nil {
+				errs[i] = fmt.Errorf("worker %s: receive from %s: %w", r.cfg.Service, s.Source(), err)
+				return
+			}
+			receivers[i] = rcv
+		})
+	}
+	wg.Wait()
+	return receivers, errors.Join(errs...)
 }
 
 // receiveLoop receives from one subscription while ctx lasts, Prefetch
