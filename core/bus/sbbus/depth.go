@@ -233,19 +233,7 @@ func (d *depthReader) peeker(src bus.Source) (*azservicebus.Receiver, error) {
 	if r := d.peekers[path]; r != nil {
 		return r, nil
 	}
-	var opts azservicebus.ReceiverOptions
-	if src.DeadLetter {
-		opts.SubQueue = azservicebus.SubQueueDeadLetter
-	}
-	var (
-		r   *azservicebus.Receiver
-		err error
-	)
-	if src.Topic != "" {
-		r, err = d.b.client.NewReceiverForSubscription(src.Topic, src.Subscription, &opts)
-	} else {
-		r, err = d.b.client.NewReceiverForQueue(src.Queue, &opts)
-	}
+	r, err := d.b.sdkReceiver(src) // peeks only: it never takes credit, so it locks nothing
 	if err != nil {
 		return nil, mapErr("peek "+path, err)
 	}

@@ -21,19 +21,7 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 	if b.isClosed() {
 		return nil, bus.ErrClosed
 	}
-	opts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
-	if src.DeadLetter {
-		opts.SubQueue = azservicebus.SubQueueDeadLetter
-	}
-	var (
-		r   *azservicebus.Receiver
-		err error
-	)
-	if src.Topic != "" {
-		r, err = b.client.NewReceiverForSubscription(src.Topic, src.Subscription, opts)
-	} else {
-		r, err = b.client.NewReceiverForQueue(src.Queue, opts)
-	}
+	r, err := b.sdkReceiver(src)
 	if err != nil {
 		return nil, mapErr("new receiver "+src.Path(), err)
 	}
@@ -54,6 +42,19 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 	b.receivers[out] = struct{}{}
 	b.tracked(src, nil)
 	return out, nil
+}
+
+// sdkReceiver is an SDK peek-lock receiver of src (its dead-letter queue
+// when src names it).
+func (b *Bus) sdkReceiver(src bus.Source) (*azservicebus.Receiver, error) {
+	opts := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
+	if src.DeadLetter {
+		opts.SubQueue = azservicebus.SubQueueDeadLetter
+	}
+	if src.Topic != "" {
+		return b.client.NewReceiverForSubscription(src.Topic, src.Subscription, opts)
+	}
+	return b.client.NewReceiverForQueue(src.Queue, opts)
 }
 
 type receiver struct {
