@@ -55,7 +55,9 @@ func TestPollingTaskIsRedispatchedUntilItAnswersOrTimesOut(t *testing.T) {
 	if job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_FAILED_FINAL || !strings.Contains(job.GetReason(), "POLL_TIMEOUT") {
 		t.Fatalf("never-answering job ended %s: %s, want FAILED_FINAL with POLL_TIMEOUT", job.GetStatus(), job.GetReason())
 	}
-	if n := attempts(never); n < 3 || n > 6 {
-		t.Errorf("never-answering job ran %d attempts in its 4 s poll_timeout at 1 s intervals, want 3-6", n)
+	// At 1 s intervals a 4 s poll_timeout leaves room for up to 5 dispatches;
+	// a loaded machine manages fewer, but at least one poll.
+	if n := attempts(never); n < 2 || n > 6 {
+		t.Errorf("never-answering job ran %d attempts in its 4 s poll_timeout at 1 s intervals, want 2-6", n)
 	}
 }
