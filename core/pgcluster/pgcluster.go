@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lucius-platform/lucius/core/freeport"
 )
 
 // Config describes a cluster. Zero values pick the documented defaults.
@@ -101,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Logger.Info("reusing running PostgreSQL cluster", "dir", dir, "port", port)
 	} else {
 		if c.port = cfg.Port; c.port == 0 {
-			if c.port, err = freePort(); err != nil {
+			if c.port, err = freeport.Port(); err != nil {
 				return nil, err
 			}
 		}
@@ -273,13 +274,4 @@ func findBinDir(explicit string) (string, error) {
 func versionOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

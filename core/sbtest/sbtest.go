@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +34,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lucius-platform/lucius/core/freeport"
 )
 
 // Broker is a running test broker.
@@ -83,11 +84,11 @@ func StartBroker(ctx context.Context) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	amqpPort, err := freePort()
+	amqpPort, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
+	httpPort, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -241,15 +242,6 @@ func installDeps(ctx context.Context, root string) (string, error) {
 func installedAlready(dir string, lock []byte) bool {
 	installed, err := os.ReadFile(filepath.Join(dir, "installed-lock.json"))
 	return err == nil && bytes.Equal(installed, lock)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 type syncBuffer struct {

@@ -12,13 +12,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +27,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/core/freeport"
 	"github.com/lucius-platform/lucius/core/pgcluster"
 	"github.com/lucius-platform/lucius/core/sbtest"
 )
@@ -553,7 +552,7 @@ func portAllocator(free bool) (port func(def int) string, reserved map[string]ne
 	reserved = map[string]net.Listener{}
 	port = func(def int) string {
 		if free {
-			if l, err := freeListener(); err == nil {
+			if l, err := freeport.Listen(); err == nil {
 				reserved[l.Addr().String()] = l
 				return l.Addr().String()
 			}
@@ -574,28 +573,6 @@ func (s *Stack) unreserve(p *Process) {
 			delete(s.reserved, v)
 		}
 	}
-}
-
-// freeListener binds a free port below the kernel's ephemeral range. Between
-// release and a service's own bind, a port from that range can be handed to
-// any outgoing connection on the machine (a test's database client), and the
-// service then exits with "address already in use"; a port below the range
-// is only ever taken by an explicit bind.
-func freeListener() (net.Listener, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11024 {
-				low = v
-			}
-		}
-	}
-	for range 100 {
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", low-10000+rand.IntN(10000))); err == nil {
-			return l, nil
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // prefixWriter writes each line as "name | line".
