@@ -35,6 +35,8 @@ type collector struct {
 	mu        sync.Mutex
 	receivers map[string]bus.Receiver
 	draining  map[string]bool // dead-letter queues being drained
+	opening   map[string]bool // dead-letter queues whose receiver is being opened
+	slots     chan struct{}   // drainConcurrency
 	drains    sync.WaitGroup
 }
 
@@ -43,19 +45,24 @@ type collector struct {
 // database: at 50 ms a loaded machine never collected anything.
 const pollWait = 250 * time.Millisecond
 
-// drainConcurrency is how many dead-letter queues are drained at once. A
-// drain is mostly waiting (pollWait on an empty queue), and a deployment has
-// hundreds of queues (every service's subscription on every directive
-// topic). On Service Bus a queue's first drain also opens its receiver, a
-// few hundred milliseconds each: the first pass over all of them takes a
-// minute.
-const drainConcurrency = 32
+// drainConcurrency is how many dead-letter queues are drained at once: a
+// drain is mostly waiting (pollWait on an empty queue), but each wait is a
+// claim query on the reconciler's pool on the PostgreSQL bus.
+const drainConcurrency = 8
 
-// round starts a drain of every dead-letter queue that is not being drained
-// still, while fewer than drainConcurrency run, and returns without waiting
-// for them: a slow queue (a receiver being opened) never holds up the
-// others, and the queues first in line (orchestrator-jobs) are drained every
-// round.
+// openConcurrency is how many receivers are opened at once, apart from the
+// drains: on Service Bus each takes a round trip or two, and a deployment has
+// hundreds of dead-letter queues (every service's subscription on every
+// directive topic).
+const openConcurrency = 16
+
+// round drains every dead-letter queue whose receiver is open once,
+// drainConcurrency at a time, skipping those still being drained from an
+// earlier round; it waits for a free slot, never for a drain. A queue
+// without a receiver yet gets one opened in the background and is drained
+// from the next round on, so opening hundreds of receivers (a minute on
+// Service Bus) never holds up the queues already open, orchestrator-jobs'
+// first among them.
 func (c *collector) round(ctx context.Context, m *sweepMetrics) {
 	sources, err := c.sources(ctx)
 	if err != nil {
@@ -64,24 +71,31 @@ func (c *collector) round(ctx context.Context, m *sweepMetrics) {
 	}
 	for _, src := range sources {
 		dlq := src.DeadLetterQueue()
-		if !c.startDrain(dlq.Path()) {
+		rcv := c.receiver(ctx, dlq, m)
+		if rcv == nil || !c.startDrain(dlq.Path()) {
 			continue
+		}
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			c.endDrain(dlq.Path())
+			return
 		}
 		c.drains.Add(1)
 		go func() {
 			defer c.drains.Done()
+			defer func() { <-c.slots }()
 			defer c.endDrain(dlq.Path())
-			c.drain(ctx, dlq, m)
+			c.drain(ctx, dlq, rcv, m)
 		}()
 	}
 }
 
-// startDrain marks path as being drained, unless it is already or every
-// slot is taken.
+// startDrain marks path as being drained, unless it is already.
 func (c *collector) startDrain(path string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.draining[path] || len(c.draining) >= drainConcurrency {
+	if c.draining[path] {
 		return false
 	}
 	c.draining[path] = true
@@ -94,12 +108,36 @@ func (c *collector) endDrain(path string) {
 	delete(c.draining, path)
 }
 
-func (c *collector) drain(ctx context.Context, src bus.Source, m *sweepMetrics) {
-	rcv, err := c.receiver(ctx, src)
-	if err != nil {
-		m.failed(ctx, "dead_letters", err, "entity", src.Path())
-		return
+// receiver returns src's open receiver, or nil after starting to open one
+// in the background (when fewer than openConcurrency are being opened).
+func (c *collector) receiver(ctx context.Context, src bus.Source, m *sweepMetrics) bus.Receiver {
+	path := src.Path()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.receivers[path]; ok {
+		return r
 	}
+	if c.opening[path] || len(c.opening) >= openConcurrency {
+		return nil
+	}
+	c.opening[path] = true
+	c.drains.Add(1)
+	go func() {
+		defer c.drains.Done()
+		r, err := c.bus.NewReceiver(ctx, src)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.opening, path)
+		if err != nil {
+			m.failed(ctx, "dead_letters", err, "entity", path)
+			return
+		}
+		c.receivers[path] = r
+	}()
+	return nil
+}
+
+func (c *collector) drain(ctx context.Context, src bus.Source, rcv bus.Receiver, m *sweepMetrics) {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, pollWait)
 		msgs, err := rcv.Receive(rctx, c.cfg.BatchSize)
@@ -144,26 +182,6 @@ func (c *collector) collect(ctx context.Context, src bus.Source, rcv bus.Receive
 		return err
 	}
 	return nil
-}
-
-func (c *collector) receiver(ctx context.Context, src bus.Source) (bus.Receiver, error) {
-	c.mu.Lock()
-	r, ok := c.receivers[src.Path()]
-	c.mu.Unlock()
-	if ok {
-		return r, nil
-	}
-	// Opened without the lock: on Service Bus it takes a round trip or two,
-	// and the other drains must not queue behind it. Only one drain of a
-	// path runs at a time, so no other receiver of src is being opened.
-	r, err := c.bus.NewReceiver(ctx, src)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.receivers[src.Path()] = r
-	return r, nil
 }
 
 // close waits for the drains (they end with the context given to round)

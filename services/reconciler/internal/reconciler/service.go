@@ -146,7 +146,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := registerPendingDeadLetters(otel.Meter("lucius/reconciler"), store); err != nil {
 		return err
 	}
-	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{}, draining: map[string]bool{},
+	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{}, draining: map[string]bool{}, opening: map[string]bool{},
+		slots: make(chan struct{}, drainConcurrency),
 		sources: func(ctx context.Context) ([]bus.Source, error) {
 			topo := cfg.Topology
 			var err error
