@@ -79,8 +79,6 @@ const (
 	INSERT INTO asset_revisions (tenant_id, asset_id, revision, job_id)
 	SELECT $1, $2, revisions, $6 FROM a RETURNING revision`
 
-	sqlRevisionOfJob = `SELECT revision FROM asset_revisions WHERE job_id = $1`
-
 	// sqlFinishRevision records a job's end on its revision; a success of the
 	// newest revision so far becomes current, and the asset's processing
 	// status follows its newest revision. Nothing for a job without an asset.
@@ -142,16 +140,6 @@ func (t *Tx) addRevision(ctx context.Context, r Request) (int, error) {
 func (t *Tx) FinishRevision(ctx context.Context, jobID string, status JobStatus, contentHash string) error {
 	t.tx.hold(fmt.Sprintf("finish revision of %s", jobID), sqlFinishRevision, jobID, string(status), contentHash)
 	return nil
-}
-
-// revisionOfJob is the asset revision a job processes (0: none).
-func (s *Store) revisionOfJob(ctx context.Context, jobID string) (int, error) {
-	var revision int
-	err := s.pool.QueryRow(ctx, sqlRevisionOfJob, jobID).Scan(&revision)
-	if isNoRows(err) {
-		return 0, nil
-	}
-	return revision, err
 }
 
 // GetAsset returns a tenant's asset; ErrNotFound when it has none by that id.
