@@ -75,7 +75,7 @@ func (s *assetService) ListAssetRevisions(ctx context.Context, req *luciusv1.Lis
 // RollbackAsset makes an earlier succeeded revision current again.
 func (s *assetService) RollbackAsset(ctx context.Context, req *luciusv1.RollbackAssetRequest) (*luciusv1.RollbackAssetResponse, error) {
 	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
-	if _, err := s.get(ctx, tenant, id); err != nil {
+	if err := s.held(ctx, tenant, id); err != nil {
 		return nil, err
 	}
 	a, err := s.store.RollbackAsset(ctx, tenant, id, int(req.GetRevision()))
@@ -94,7 +94,7 @@ func (s *assetService) RollbackAsset(ctx context.Context, req *luciusv1.Rollback
 // DeleteAsset soft-deletes an asset.
 func (s *assetService) DeleteAsset(ctx context.Context, req *luciusv1.DeleteAssetRequest) (*luciusv1.DeleteAssetResponse, error) {
 	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
-	if _, err := s.get(ctx, tenant, id); err != nil {
+	if err := s.held(ctx, tenant, id); err != nil {
 		return nil, err
 	}
 	a, err := s.store.DeleteAsset(ctx, tenant, id, principalName(ctx))
@@ -105,11 +105,21 @@ func (s *assetService) DeleteAsset(ctx context.Context, req *luciusv1.DeleteAsse
 	return &luciusv1.DeleteAssetResponse{Asset: assetToProto(a)}, nil
 }
 
+// held refuses, as NOT_FOUND, a tenant the caller does not hold: it has no
+// assets for the caller. (Rollback and delete find a missing asset
+// themselves: NOT_FOUND too.)
+func (s *assetService) held(ctx context.Context, tenant, id string) error {
+	if !auth.FromContext(ctx).CanActFor(routing.Normalize(tenant)) {
+		return s.error(ctx, ledger.ErrNotFound, id)
+	}
+	return nil
+}
+
 // get loads an asset of a tenant the caller holds.
 func (s *assetService) get(ctx context.Context, tenant, id string) (*luciusv1.Asset, error) {
 	tenant = routing.Normalize(tenant)
-	if !auth.FromContext(ctx).CanActFor(tenant) {
-		return nil, s.error(ctx, ledger.ErrNotFound, id)
+	if err := s.held(ctx, tenant, id); err != nil {
+		return nil, err
 	}
 	a, err := s.store.GetAsset(ctx, tenant, id)
 	if err != nil {

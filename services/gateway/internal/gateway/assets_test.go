@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/lucius-platform/lucius/core/auth/authtest"
@@ -58,6 +59,20 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 	for _, path := range []string{"/v1/assets/" + wantID + "?tenant_id=acme", "/v1/assets/" + wantID + "?tenant_id=globex"} {
 		if code, _, body := f.restAs(t, other, "GET", path, nil); code != http.StatusNotFound || reasonOf(body) != server.ReasonAssetNotFound {
 			t.Fatalf("another tenant reads %s: %d %v", path, code, body)
+		}
+	}
+
+	for _, call := range []struct{ token, method, path string }{
+		{other, "POST", "/v1/assets/" + wantID + ":rollback"}, {other, "DELETE", "/v1/assets/" + wantID + "?tenant_id=acme"},
+		{partner, "POST", "/v1/assets/" + strings.Repeat("0", 32) + ":rollback"},
+		{partner, "DELETE", "/v1/assets/" + strings.Repeat("0", 32) + "?tenant_id=acme"},
+	} {
+		var body any
+		if call.method == "POST" {
+			body = map[string]any{"tenant_id": "acme", "revision": 1}
+		}
+		if code, _, got := f.restAs(t, call.token, call.method, call.path, body); code != http.StatusNotFound || reasonOf(got) != server.ReasonAssetNotFound {
+			t.Fatalf("%s %s by %s: %d %v, want 404 ASSET_NOT_FOUND", call.method, call.path, map[bool]string{true: "the owner", false: "another tenant"}[call.token == partner], code, got)
 		}
 	}
 
