@@ -414,6 +414,20 @@ func (s *Stack) OpenBus(ctx context.Context, pool *pgxpool.Pool) (bus.Bus, error
 	return busconfig.Open(ctx, cfg, pool, slog.New(slog.DiscardHandler))
 }
 
+// BusDescription says which transport the processes use, for launchers to
+// print: the PostgreSQL bus, the test broker the stack started, or the
+// Service Bus namespace LUCIUS_SERVICEBUS_* name.
+func (s *Stack) BusDescription() string {
+	switch {
+	case !s.serviceBus():
+		return "PostgreSQL bus (LUCIUS_BUS=postgres), in the suite's database"
+	case s.broker != nil:
+		return "Service Bus test broker at amqp://" + s.broker.AMQPAddr + " (LUCIUS_BUS=servicebus; set LUCIUS_SERVICEBUS_NAMESPACE for Azure)"
+	default:
+		return strings.TrimSpace("Azure Service Bus "+os.Getenv("LUCIUS_SERVICEBUS_NAMESPACE")) + " (LUCIUS_BUS=servicebus)"
+	}
+}
+
 // Broker is the Service Bus test broker the stack started, or nil.
 func (s *Stack) Broker() *sbtest.Broker { return s.broker }
 

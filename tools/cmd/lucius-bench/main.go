@@ -112,14 +112,14 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	}
 	// LUCIUS_BUS=servicebus measures on Service Bus: the local test broker
 	// unless LUCIUS_SERVICEBUS_* name a namespace.
-	transport := os.Getenv("LUCIUS_BUS")
-	fmt.Printf("starting suite (durable PostgreSQL, %s bus, 2 orchestrators, %s workers)…\n", busName(transport),
-		map[bool]string{true: "real", false: "no-op"}[real])
-	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out, Bus: transport})
+	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
+	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out,
+		Bus: os.Getenv("LUCIUS_BUS")})
 	if err != nil {
 		return err
 	}
 	defer s.Stop(context.Background())
+	fmt.Printf("bus: %s\n", s.BusDescription())
 	fmt.Printf("gateway gRPC %s, HTTP %s (metrics, pprof with -env LUCIUS_PPROF=true)\n", s.Endpoints.GatewayGRPC, s.Endpoints.GatewayHTTP)
 
 	input := filepath.Join(s.Files, "bench-input.txt") // inside the file roots
@@ -306,16 +306,4 @@ func logOutput(path string) (out io.Writer, closeLog func(), err error) {
 		return nil, nil, err
 	}
 	return f, func() { f.Close() }, nil
-}
-
-// busName says which transport a run measures.
-func busName(transport string) string {
-	switch {
-	case transport != "servicebus":
-		return "PostgreSQL"
-	case os.Getenv("LUCIUS_SERVICEBUS_CONNECTION_STRING") != "" || os.Getenv("LUCIUS_SERVICEBUS_NAMESPACE") != "":
-		return "Azure Service Bus"
-	default:
-		return "Service Bus test broker (local)"
-	}
 }

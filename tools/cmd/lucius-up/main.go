@@ -74,7 +74,7 @@ Lucius is running.
 
 Press Ctrl-C to stop everything.
 `, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
-		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, busLine(s), s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
+		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.BusDescription(), s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
 		strings.Join(s.FileRoots, ":"), egressAllow(), e.GatewayHTTP)
 
 	supervise(ctx, s)
@@ -104,18 +104,6 @@ func supervise(ctx context.Context, s *stack.Stack) {
 				fmt.Printf("%-15s | restart failed: %v\n", name, err)
 			}
 		}
-	}
-}
-
-// busLine describes the transport (LUCIUS_BUS).
-func busLine(s *stack.Stack) string {
-	switch {
-	case os.Getenv("LUCIUS_BUS") != "servicebus":
-		return "PostgreSQL bus (LUCIUS_BUS=postgres), in the database above"
-	case s.Broker() != nil:
-		return "Service Bus test broker at amqp://" + s.Broker().AMQPAddr + " (LUCIUS_BUS=servicebus; set LUCIUS_SERVICEBUS_NAMESPACE for Azure)"
-	default:
-		return "Azure Service Bus " + os.Getenv("LUCIUS_SERVICEBUS_NAMESPACE") + " (LUCIUS_BUS=servicebus)"
 	}
 }
 
