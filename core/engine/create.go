@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -44,9 +42,8 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 		}
 		cmd := q.GetCommand()
 		if cmd == nil { // left out of a message too large for the bus
-			cmd = &luciusv1.Command{}
-			if err := protojson.Unmarshal(req.Command, cmd); err != nil {
-				return fmt.Errorf("request %s: stored command: %w", req.JobID, err)
+			if cmd, err = storedCommand(req); err != nil {
+				return err
 			}
 		}
 		def, inputs, problem := e.prepare(ctx, job, cmd.GetPayload().AsMap())

@@ -69,14 +69,21 @@ func (e *Engine) Repoll(ctx context.Context, jobID, stepID string) (Swept, error
 		if node, ok := r.nodes[step.NodeID]; ok && step.Kind != ledger.KindChild {
 			step = node
 		}
-		step.RetryBase = step.AttemptNo
-		if err := r.newAttempt(ctx, step, now, "REPOLL"); err != nil {
+		if err := r.repoll(ctx, step); err != nil {
 			return err
 		}
 		out = Swept{Applied: true, Outcome: "REDISPATCHED"}
 		return tx.UpdateJob(ctx, job)
 	})
 	return out, err
+}
+
+// repoll dispatches the next attempt of a POLLING step at once, same pinned
+// routing and a new lease; the polls so far do not count against its retry
+// attempts.
+func (r *run) repoll(ctx context.Context, step *ledger.Step) error {
+	step.RetryBase = step.AttemptNo
+	return r.newAttempt(ctx, step, r.now, "REPOLL")
 }
 
 // schedulePoll sets when a step that answered POLLING is dispatched again,
@@ -123,8 +130,7 @@ func (e *Engine) PollDue(ctx context.Context, k ledger.AttemptKey) (Swept, error
 			if err := tx.PollDispatched(ctx, job.JobID, step.StepID); err != nil {
 				return "", err
 			}
-			step.RetryBase = step.AttemptNo
-			if err := r.newAttempt(ctx, step, now, "REPOLL"); err != nil {
+			if err := r.repoll(ctx, step); err != nil {
 				return "", err
 			}
 			return "REPOLLED", nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"go.opentelemetry.io/otel"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -46,4 +47,13 @@ func QueuedJobMessage(ctx context.Context, req ledger.Request, cmd *luciusv1.Com
 		JobID: req.JobID, Body: body, ContentType: "application/json", Properties: props, Key: req.Routing.RoutingKey,
 		CorrelationID: req.CorrelationID, Subject: req.RequestType,
 	}, nil
+}
+
+// storedCommand decodes the command a request was accepted with.
+func storedCommand(req *ledger.Request) (*luciusv1.Command, error) {
+	cmd := &luciusv1.Command{}
+	if err := protojson.Unmarshal(req.Command, cmd); err != nil {
+		return nil, fmt.Errorf("request %s: stored command: %w", req.JobID, err)
+	}
+	return cmd, nil
 }

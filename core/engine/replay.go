@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -67,9 +64,9 @@ func Replay(ctx context.Context, store *ledger.Store, jobID, reason string, cloc
 			}
 		}
 		newID = ReplayJobID(jobID, len(replays)+1)
-		cmd := &luciusv1.Command{}
-		if err := protojson.Unmarshal(req.Command, cmd); err != nil {
-			return fmt.Errorf("job %s: stored command: %w", jobID, err)
+		cmd, err := storedCommand(req)
+		if err != nil {
+			return err
 		}
 		replay := *req
 		replay.JobID, replay.IdempotencyKey, replay.ReplayOf = newID, "", jobID // the key stays with the original
@@ -121,9 +118,9 @@ func Requeue(ctx context.Context, store *ledger.Store, jobID string) (Swept, err
 		if err != nil || n >= MaxRequeues {
 			return err
 		}
-		cmd := &luciusv1.Command{}
-		if err := protojson.Unmarshal(req.Command, cmd); err != nil {
-			return fmt.Errorf("job %s: stored command: %w", jobID, err)
+		cmd, err := storedCommand(req)
+		if err != nil {
+			return err
 		}
 		msg, err := QueuedJobMessage(ctx, *req, cmd)
 		if err != nil {
