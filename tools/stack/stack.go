@@ -428,9 +428,6 @@ func (s *Stack) BusDescription() string {
 	}
 }
 
-// Broker is the Service Bus test broker the stack started, or nil.
-func (s *Stack) Broker() *sbtest.Broker { return s.broker }
-
 func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	for _, name := range s.order {
 		if err := s.procs[name].waitReady(ctx, timeout); err != nil {
