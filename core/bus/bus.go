@@ -67,6 +67,12 @@ type Message struct {
 	ScheduledAt time.Time
 	// TTL overrides the entity's default time to live. Zero: entity default.
 	TTL time.Duration
+	// Priority (0 to MaxPriority) orders a message among those waiting to be
+	// received: see PriorityHeadStart. Set on send only (a received message
+	// does not report it). Service Bus has no message priority: package
+	// sbbus ignores it and delivers in enqueue order, so on Service Bus
+	// priority orders only what waits in the ledger's outbox.
+	Priority int
 }
 
 // Received is a delivered, locked message.
@@ -115,6 +121,21 @@ type SubscriptionOptions struct {
 	// An empty filter receives everything.
 	Filter map[string]string
 }
+
+// Priorities run from 0 (the default) to MaxPriority. A message of priority
+// p is ordered as if it had been enqueued p × PriorityHeadStart earlier: among
+// messages waiting together, higher priority goes first, yet a priority-0
+// message waits at most MaxPriority × PriorityHeadStart (60 s) behind
+// messages enqueued after it, so nothing starves. A scheduled message is
+// never delivered before its time. The ledger's outbox orders its messages
+// by the same rule.
+const (
+	MaxPriority       = 10
+	PriorityHeadStart = 6 * time.Second
+)
+
+// ClampPriority brings p into 0..MaxPriority.
+func ClampPriority(p int) int { return min(max(p, 0), MaxPriority) }
 
 // Defaults applied by implementations to zero-valued options.
 const (

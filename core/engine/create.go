@@ -9,6 +9,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -46,6 +47,7 @@ func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner str
 				return err
 			}
 		}
+		job.Priority = bus.ClampPriority(int(cmd.GetPriority()))
 		def, inputs, problem := e.prepare(ctx, job, cmd.GetPayload().AsMap())
 		sla := e.cfg.DefaultSLA
 		if def != nil && def.SLA > 0 {

@@ -184,6 +184,7 @@ func (r *run) directiveMessage(ctx context.Context, s *ledger.Step, a *ledger.At
 		CorrelationID: job.CorrelationID,
 		Subject:       s.Type,
 		ScheduledAt:   deliverAt,
+		Priority:      job.Priority,
 	}, nil
 }
 

@@ -45,7 +45,7 @@ func QueuedJobMessage(ctx context.Context, req ledger.Request, cmd *luciusv1.Com
 	return ledger.OutboxMessage{
 		MessageID: "job-request/" + req.JobID, Destination: topology.QueueOrchestratorJobs, Kind: ledger.KindJobRequest,
 		JobID: req.JobID, Body: body, ContentType: "application/json", Properties: props, Key: req.Routing.RoutingKey,
-		CorrelationID: req.CorrelationID, Subject: req.RequestType,
+		CorrelationID: req.CorrelationID, Subject: req.RequestType, Priority: int(cmd.GetPriority()),
 	}, nil
 }
 

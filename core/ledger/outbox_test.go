@@ -142,3 +142,44 @@ func TestPublishOutboxMarksSentInThePublishingTransaction(t *testing.T) {
 		t.Fatalf("the publish's write did not commit with the marks (%v)", err)
 	}
 }
+
+// The dispatcher claims waiting messages by priority, each level worth
+// bus.PriorityHeadStart of waiting: higher first, yet a message that waited
+// longer than the highest priority's head start goes before it.
+func TestOutboxClaimsByPriorityWithoutStarving(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := New(pool, slog.New(slog.DiscardHandler))
+	t.Cleanup(store.Close)
+	enqueue := func(msgs ...OutboxMessage) {
+		t.Helper()
+		if err := store.InTx(ctx, func(tx *Tx) error { tx.Enqueue(msgs...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := func(id string, priority int) OutboxMessage {
+		return OutboxMessage{MessageID: id, Destination: "d", Kind: KindDirective, Body: []byte("{}"), Priority: priority}
+	}
+	enqueue(msg("old-0", 0))
+	if _, err := pool.Exec(ctx, `UPDATE outbox SET available_at = available_at - interval '61 s' WHERE message_id = 'old-0'`); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(msg("a-0", 0), msg("b-3", 3))
+	enqueue(msg("c-10", 10), msg("d-3", 3), msg("e-11", 11))
+	claimed, err := store.ClaimOutbox(ctx, OutboxClaim{Limit: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, m := range claimed {
+		order = append(order, fmt.Sprintf("%s:%d", m.MessageID, m.Priority))
+	}
+	want := []string{"old-0:0", "c-10:10", "e-11:10", "b-3:3", "d-3:3", "a-0:0"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", order, want)
+	}
+}

@@ -15,7 +15,7 @@ const (
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, result_ref,
 	cancel_requested_at, replay_of, deadline_at, created_at, updated_at, completed_at, notify,
 	(SELECT r.received_at FROM requests r WHERE r.job_id = jobs.job_id) AS received_at,
-	'' AS submitted_by, '' AS asset_id, 0 AS asset_revision` // the orchestrator's copy needs none of these three; jobView reads them
+	'' AS submitted_by, '' AS asset_id, 0 AS asset_revision, priority` // the orchestrator's copy needs none of these three; jobView reads them
 
 	stepColumns = `job_id, step_id, node_id, kind, parent_step_id, child_index, step_index, step_type, service,
 	status, attempt_no, coalesce(lease_id::text, ''), max_attempts, ack_timeout_ms, params, output, artifacts,
@@ -30,7 +30,7 @@ const (
 	eventColumns = `event_id, job_id, step_id, attempt_no, type, from_status, to_status, reason, data, created_at`
 
 	outboxColumns = `id, message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
-	properties, message_key, correlation_id, subject, scheduled_at, created_at, attempts`
+	properties, message_key, correlation_id, subject, scheduled_at, created_at, attempts, priority`
 
 	// jobView reads a job whether or not an orchestrator has created it: an
 	// accepted request shows RECEIVED until its job-request message is published,
@@ -50,7 +50,8 @@ const (
 	coalesce(j.cancel_requested_at, r.cancel_requested_at) AS cancel_requested_at,
 	r.replay_of, j.deadline_at,
 	r.received_at AS created_at, coalesce(j.updated_at, r.received_at) AS updated_at, j.completed_at, r.notify,
-	r.received_at, r.submitted_by, coalesce(ar.asset_id, '') AS asset_id, coalesce(ar.revision, 0) AS asset_revision
+	r.received_at, r.submitted_by, coalesce(ar.asset_id, '') AS asset_id, coalesce(ar.revision, 0) AS asset_revision,
+	coalesce(j.priority, (r.command ->> 'priority')::int, 0) AS priority
 	FROM requests r LEFT JOIN jobs j ON j.job_id = r.job_id LEFT JOIN asset_revisions ar ON ar.job_id = r.job_id`
 )
 
@@ -82,9 +83,9 @@ const (
 	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason,
 	input_ref, output_ref, doc_id, correlation_id, callback_url, payload,
 	owner_id, owner_epoch, owner_heartbeat_at, current_step_id, reason, cancel_requested_at, completed_at,
-	replay_of, deadline_at, notify)
+	replay_of, deadline_at, notify, priority)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), $21, $22, $23, $24,
-	$25, $26, $27)
+	$25, $26, $27, $28)
 	ON CONFLICT (job_id) DO NOTHING
 	RETURNING job_id)
 	UPDATE requests r SET claimed_at = now() FROM ins WHERE r.job_id = ins.job_id`
@@ -203,13 +204,14 @@ const (
 	ORDER BY n`
 
 	sqlInsertOutbox = `INSERT INTO outbox (message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
-		properties, message_key, correlation_id, subject, scheduled_at)
+		properties, message_key, correlation_id, subject, scheduled_at, priority, available_at)
 	SELECT message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
-		properties::jsonb, message_key, correlation_id, subject, scheduled_at
+		properties::jsonb, message_key, correlation_id, subject, scheduled_at, priority,
+		now() - priority * $15::bigint * interval '1 microsecond'
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::bytea[], $8::text[],
-		$9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
+		$9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::smallint[])
 		WITH ORDINALITY AS u(message_id, destination, kind, job_id, step_id, attempt_no, body, content_type,
-			properties, message_key, correlation_id, subject, scheduled_at, n)
+			properties, message_key, correlation_id, subject, scheduled_at, priority, n)
 	ORDER BY n`
 
 	sqlMarkSent = `UPDATE outbox SET sent_at = now(), last_error = ''
@@ -392,7 +394,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 		&j.Routing.DecisionReason, &j.InputRef, &j.OutputRef, &j.DocID, &j.CorrelationID, &j.CallbackURL, &payload,
 		&j.OwnerID, &j.OwnerEpoch, &heartbeat, &j.CurrentStepID, &j.Reason, &j.ResultRef,
 		&cancelAt, &j.ReplayOf, &deadline, &j.CreatedAt, &j.UpdatedAt, &completedAt, &j.Notify, &received, &j.SubmittedBy,
-		&j.AssetID, &j.AssetRevision)
+		&j.AssetID, &j.AssetRevision, &j.Priority)
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +462,7 @@ func scanOutbox(row pgx.Row) (OutboxMessage, error) {
 	var props []byte
 	var scheduled *time.Time
 	if err := row.Scan(&m.ID, &m.MessageID, &m.Destination, &m.Kind, &m.JobID, &m.StepID, &m.AttemptNo, &m.Body,
-		&m.ContentType, &props, &m.Key, &m.CorrelationID, &m.Subject, &scheduled, &m.CreatedAt, &m.Attempts); err != nil {
+		&m.ContentType, &props, &m.Key, &m.CorrelationID, &m.Subject, &scheduled, &m.CreatedAt, &m.Attempts, &m.Priority); err != nil {
 		return m, err
 	}
 	m.ScheduledAt = derefTime(scheduled)

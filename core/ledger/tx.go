@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lucius-platform/lucius/core/bus"
 )
 
 // Tx is a ledger transaction. Reads lock what they return (FOR UPDATE) in the
@@ -128,7 +130,7 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 		j.Status, j.Routing.Mode, j.Routing.Partition, j.Routing.RoutingKey, j.Routing.Topic, j.Routing.DecisionSource,
 		j.Routing.DecisionReason, j.InputRef, j.OutputRef, j.DocID, j.CorrelationID, j.CallbackURL, jsonOrEmpty(j.Payload),
 		j.OwnerID, j.OwnerEpoch, j.CurrentStepID, j.Reason, nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt),
-		j.ReplayOf, nullTime(j.DeadlineAt), j.Notify)
+		j.ReplayOf, nullTime(j.DeadlineAt), j.Notify, j.Priority)
 	if err != nil {
 		return false, fmt.Errorf("insert job %s: %w", j.JobID, err)
 	}
@@ -445,6 +447,7 @@ func queueOutbox(b *pgx.Batch, msgs []OutboxMessage) error {
 		attempts                                                                                 []int32
 		bodies                                                                                   [][]byte
 		scheduled                                                                                []*time.Time
+		priorities                                                                               []int16
 	}
 	for _, m := range msgs {
 		props, err := json.Marshal(nonNilMap(m.Properties))
@@ -459,10 +462,10 @@ func queueOutbox(b *pgx.Batch, msgs []OutboxMessage) error {
 		c.jobs, c.steps, c.attempts = append(c.jobs, m.JobID), append(c.steps, m.StepID), append(c.attempts, int32(m.AttemptNo))
 		c.bodies, c.contentTypes, c.props = append(c.bodies, m.Body), append(c.contentTypes, contentType), append(c.props, string(props))
 		c.keys, c.correlations, c.subjects = append(c.keys, m.Key), append(c.correlations, m.CorrelationID), append(c.subjects, m.Subject)
-		c.scheduled = append(c.scheduled, nullTime(m.ScheduledAt))
+		c.scheduled, c.priorities = append(c.scheduled, nullTime(m.ScheduledAt)), append(c.priorities, int16(bus.ClampPriority(m.Priority)))
 	}
 	queueExec(b, "enqueue outbox", sqlInsertOutbox, c.ids, c.destinations, c.kinds, c.jobs, c.steps, c.attempts, c.bodies, c.contentTypes,
-		c.props, c.keys, c.correlations, c.subjects, c.scheduled)
+		c.props, c.keys, c.correlations, c.subjects, c.scheduled, c.priorities, bus.PriorityHeadStart.Microseconds())
 	return nil
 }
 

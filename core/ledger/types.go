@@ -174,6 +174,8 @@ type Job struct {
 	SubmittedBy   string
 	AssetID       string
 	AssetRevision int
+	// Priority is the command's (0–10): the job's messages carry it.
+	Priority int
 	// DeadlineAt is the job's SLA: still running then, it fails with SLA_EXCEEDED.
 	DeadlineAt time.Time
 	// ReceivedAt is when its request was accepted (the submit); CreatedAt
@@ -323,4 +325,7 @@ type OutboxMessage struct {
 	ScheduledAt   time.Time
 	CreatedAt     time.Time
 	Attempts      int
+	// Priority (0–10) orders the message among those waiting (see
+	// bus.PriorityHeadStart), in the outbox and on the bus.
+	Priority int
 }

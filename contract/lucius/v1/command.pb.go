@@ -117,7 +117,15 @@ type Command struct {
 	PlatformId string `protobuf:"bytes,13,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
 	// The platform's references, e.g. dataset_id, resource_id, version_id:
 	// stored as given, never interpreted. Needs platform_id.
-	PlatformRefs  map[string]string `protobuf:"bytes,14,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	PlatformRefs map[string]string `protobuf:"bytes,14,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Priority from 0 (the default) to 10. Among work waiting at the same time,
+	// higher priority is claimed and dispatched first: a message of priority p
+	// is ordered as if it had been waiting p × 6 s longer, so priority 0 is
+	// never starved (it waits at most 60 s behind later, higher-priority work).
+	// It orders work within the tenant's limits; it never bypasses them. It
+	// does not make a command different: the same command sent again with
+	// another priority names the same job.
+	Priority      int32 `protobuf:"varint,15,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +256,13 @@ func (x *Command) GetPlatformRefs() map[string]string {
 		return x.PlatformRefs
 	}
 	return nil
+}
+
+func (x *Command) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // SubmitRequest carries one command envelope.
@@ -391,7 +406,7 @@ var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x9a\a\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc1\a\n" +
 	"\aCommand\x12N\n" +
 	"\ttenant_id\x18\x01 \x01(\tB1\xe0A\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12I\n" +
 	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
@@ -409,7 +424,9 @@ const file_lucius_v1_command_proto_rawDesc = "" +
 	"\fsubmitted_by\x18\f \x01(\tB\x03\xe0A\x03R\vsubmittedBy\x12J\n" +
 	"\vplatform_id\x18\r \x01(\tB)\xbaH&r$\x18\x80\x012\x1f^([A-Za-z0-9][A-Za-z0-9._-]*)?$R\n" +
 	"platformId\x12x\n" +
-	"\rplatform_refs\x18\x0e \x03(\v2$.lucius.v1.Command.PlatformRefsEntryB-\xbaH*\x9a\x01'\x10\x10\"\x1ar\x182\x16^[a-z][a-z0-9_]{0,63}$*\ar\x05\x10\x01\x18\x80\x02R\fplatformRefs\x1a?\n" +
+	"\rplatform_refs\x18\x0e \x03(\v2$.lucius.v1.Command.PlatformRefsEntryB-\xbaH*\x9a\x01'\x10\x10\"\x1ar\x182\x16^[a-z][a-z0-9_]{0,63}$*\ar\x05\x10\x01\x18\x80\x02R\fplatformRefs\x12%\n" +
+	"\bpriority\x18\x0f \x01(\x05B\t\xbaH\x06\x1a\x04\x18\n" +
+	"(\x00R\bpriority\x1a?\n" +
 	"\x11PlatformRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +

@@ -1025,6 +1025,8 @@ type Job struct {
 	// and 0 when the command named none.
 	AssetId       string `protobuf:"bytes,26,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
 	AssetRevision int32  `protobuf:"varint,27,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
+	// The command's priority (0–10).
+	Priority      int32 `protobuf:"varint,28,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1244,6 +1246,13 @@ func (x *Job) GetAssetId() string {
 func (x *Job) GetAssetRevision() int32 {
 	if x != nil {
 		return x.AssetRevision
+	}
+	return 0
+}
+
+func (x *Job) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
 	}
 	return 0
 }
@@ -2430,7 +2439,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"media_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12&\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12\x1f\n" +
-	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xaa\b\n" +
+	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xc6\b\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12!\n" +
@@ -2466,7 +2475,8 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\rdeadline_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12!\n" +
 	"\fsubmitted_by\x18\x19 \x01(\tR\vsubmittedBy\x12\x19\n" +
 	"\basset_id\x18\x1a \x01(\tR\aassetId\x12%\n" +
-	"\x0easset_revision\x18\x1b \x01(\x05R\rassetRevision\"\xeb\x04\n" +
+	"\x0easset_revision\x18\x1b \x01(\x05R\rassetRevision\x12\x1a\n" +
+	"\bpriority\x18\x1c \x01(\x05R\bpriority\"\xeb\x04\n" +
 	"\aAttempt\x12\x1d\n" +
 	"\n" +
 	"attempt_no\x18\x01 \x01(\x05R\tattemptNo\x12\x19\n" +

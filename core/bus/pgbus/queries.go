@@ -68,9 +68,9 @@ WITH e AS (
 ), input AS (
     SELECT *
       FROM unnest($2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[],
-                  $7::text[], $8::text[], $9::timestamptz[], $10::bigint[])
+                  $7::text[], $8::text[], $9::timestamptz[], $10::bigint[], $11::smallint[])
            WITH ORDINALITY AS i(message_id, body, content_type, properties, key,
-                                correlation_id, subject, scheduled_at, ttl_us, ord)
+                                correlation_id, subject, scheduled_at, ttl_us, priority, ord)
 ), firsts AS (
     SELECT DISTINCT ON (message_id) * FROM input ORDER BY message_id, ord
 ), fresh AS (
@@ -90,11 +90,14 @@ WITH e AS (
      WHERE e.kind = 'topic'
 ), ins AS (
     INSERT INTO bus_messages (path, available_at, enqueued_at, expires_at, message_id, body,
-                              content_type, properties, key, correlation_id, subject)
-    SELECT t.path, a.at, a.at,
+                              content_type, properties, key, correlation_id, subject, priority)
+    SELECT t.path,
+           CASE WHEN f.scheduled_at > now() THEN a.at
+                ELSE a.at - f.priority * $12::bigint * interval '1 microsecond' END,
+           a.at,
            a.at + CASE WHEN f.ttl_us > 0 THEN least(f.ttl_us * interval '1 microsecond', t.ttl) ELSE t.ttl END,
            f.message_id, coalesce(f.body, ''::bytea), f.content_type, a.props, f.key,
-           f.correlation_id, f.subject
+           f.correlation_id, f.subject, f.priority
       FROM firsts f
       JOIN fresh USING (message_id)
      CROSS JOIN LATERAL (SELECT greatest(now(), coalesce(f.scheduled_at, now())) AS at,
@@ -193,7 +196,8 @@ DELETE FROM bus_messages m
 RETURNING m.seq`
 
 	// qAbandon releases the lock. The message keeps its place in the queue
-	// (available_at goes back to its enqueue time), unless it has used up its
+	// (available_at goes back to its enqueue time, less its priority's head
+	// start, $7 µs per level), unless it has used up its
 	// deliveries: then it goes to the dead-letter queue $4 now rather than at
 	// the next claim. $5: the path is a dead-letter queue; $6: the options path.
 	qAbandon = `
@@ -207,7 +211,8 @@ WITH t AS (
 UPDATE bus_messages m
    SET lock_token = NULL,
        path = CASE WHEN t.exhausted THEN $4 ELSE m.path END,
-       available_at = CASE WHEN t.exhausted THEN now() ELSE m.enqueued_at END,
+       available_at = CASE WHEN t.exhausted THEN now()
+                           ELSE m.enqueued_at - m.priority * $7::bigint * interval '1 microsecond' END,
        dead_letter_reason = CASE WHEN t.exhausted THEN 'MaxDeliveryCountExceeded'
                                  ELSE m.dead_letter_reason END,
        dead_letter_description = CASE WHEN t.exhausted

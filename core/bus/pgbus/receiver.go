@@ -269,7 +269,7 @@ func (r *receiver) Abandon(ctx context.Context, m *bus.Received) error {
 	}
 	var path string
 	err := r.b.pool.QueryRow(ctx, qAbandon, m.SequenceNumber, m.LockToken, r.path,
-		r.deadQueue, r.isDLQ, r.owner).Scan(&path)
+		r.deadQueue, r.isDLQ, r.owner, bus.PriorityHeadStart.Microseconds()).Scan(&path)
 	if errors.Is(err, pgx.ErrNoRows) {
 		r.b.tel.LockLost(ctx, r.path, bustel.Abandon, bus.ErrLockLost)
 		return fmt.Errorf("abandon %s seq %d: %w", r.path, m.SequenceNumber, bus.ErrLockLost)

@@ -92,6 +92,7 @@ func send(ctx context.Context, q interface {
 		subjects  = make([]string, n)
 		scheduled = make([]pgtype.Timestamptz, n)
 		ttls      = make([]int64, n)
+		priority  = make([]int16, n)
 	)
 	for i, m := range msgs {
 		if m.ID == "" {
@@ -112,13 +113,14 @@ func send(ctx context.Context, q interface {
 		keys[i], corrIDs[i], subjects[i] = m.Key, m.CorrelationID, m.Subject
 		scheduled[i] = pgtype.Timestamptz{Time: m.ScheduledAt, Valid: !m.ScheduledAt.IsZero()}
 		ttls[i] = m.TTL.Microseconds()
+		priority[i] = int16(bus.ClampPriority(m.Priority))
 	}
 	var (
 		exists bool
 		paths  []string
 	)
 	err := q.QueryRow(ctx, qSend, entity, ids, bodies, types, props, keys,
-		corrIDs, subjects, scheduled, ttls).Scan(&exists, &paths)
+		corrIDs, subjects, scheduled, ttls, priority, bus.PriorityHeadStart.Microseconds()).Scan(&exists, &paths)
 	if err != nil {
 		return nil, fmt.Errorf("send to %s: %w", entity, err)
 	}

@@ -167,9 +167,10 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 }
 
 // canonicalForm is the command as JSON with sorted keys and the tenant
-// normalized: what makes two commands "the same request". The idempotency key and
-// correlation id are excluded (they name or trace a request, they do not change
-// its work); the schema version counts only by its major version.
+// normalized: what makes two commands "the same request". The idempotency key,
+// correlation id and priority are excluded (they name, trace or order a
+// request, they do not change its work); the schema version counts only by
+// its major version.
 func canonicalForm(cmd *luciusv1.Command, tenant string) string {
 	major, _, _ := strings.Cut(cmd.GetSchemaVersion(), ".")
 	form := map[string]any{

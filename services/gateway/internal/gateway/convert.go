@@ -52,7 +52,7 @@ func jobToProto(j *ledger.Job) *luciusv1.Job {
 		CurrentStepId: j.CurrentStepID, Reason: j.Reason, ResultRef: j.ResultRef,
 		CreateTime: ts(j.CreatedAt), UpdateTime: ts(j.UpdatedAt), CompleteTime: ts(j.CompletedAt), CancelTime: ts(j.CancelRequestedAt),
 		ReplayOf: j.ReplayOf, DeadlineTime: ts(j.DeadlineAt), SubmittedBy: j.SubmittedBy,
-		AssetId: j.AssetID, AssetRevision: int32(j.AssetRevision),
+		AssetId: j.AssetID, AssetRevision: int32(j.AssetRevision), Priority: int32(j.Priority),
 	}
 }
 

@@ -181,6 +181,8 @@ func TestInvalidCommandsAreRejectedAndWriteNothing(t *testing.T) {
 		{"SIS without prompt_set", func(b map[string]any) { b["payload"] = map[string]any{} }, "command.payload.prompt_set"},
 		{"missing payload", func(b map[string]any) { delete(b, "payload") }, "command.payload"},
 		{"BURST without doc_id", func(b map[string]any) { b["mode"] = "MODE_BURST" }, "command.doc_id"},
+		{"priority above 10", func(b map[string]any) { b["priority"] = 11 }, "command.priority"},
+		{"negative priority", func(b map[string]any) { b["priority"] = -1 }, "command.priority"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -254,7 +254,7 @@ func (d *dispatcher) send(ctx context.Context, dest string, batch []ledger.Outbo
 	msgs := make([]bus.Message, len(batch))
 	for i, m := range batch {
 		msgs[i] = bus.Message{ID: m.MessageID, Body: m.Body, ContentType: m.ContentType, Properties: m.Properties,
-			Key: m.Key, CorrelationID: m.CorrelationID, Subject: m.Subject, ScheduledAt: m.ScheduledAt}
+			Key: m.Key, CorrelationID: m.CorrelationID, Subject: m.Subject, ScheduledAt: m.ScheduledAt, Priority: m.Priority}
 	}
 	// One span per batch, linked to the trace each message carries.
 	var links []trace.Link
