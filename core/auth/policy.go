@@ -55,6 +55,10 @@ var MethodRoles = map[string][]Role{
 	luciusv1.RunbookService_ListBatches_FullMethodName:  operatorOnly,
 	luciusv1.RunbookService_GetBatch_FullMethodName:     operatorOnly,
 
+	luciusv1.CircuitBreakerService_ListCircuitBreakers_FullMethodName: operatorOnly,
+	luciusv1.CircuitBreakerService_GetCircuitBreaker_FullMethodName:   operatorOnly,
+	luciusv1.CircuitBreakerService_ResetCircuitBreaker_FullMethodName: operatorOnly,
+
 	luciusv1.CallbackService_Ack_FullMethodName:          workerOnly,
 	luciusv1.CallbackService_Result_FullMethodName:       workerOnly,
 	luciusv1.CallbackService_Heartbeat_FullMethodName:    workerOnly,

@@ -54,9 +54,19 @@ type Config struct {
 	// DefaultSLA bounds a job's life when its workflow sets no sla_seconds
 	// (default 24h): still running then, it fails with SLA_EXCEEDED.
 	DefaultSLA time.Duration
-	Logger     *slog.Logger
+	// Breakers says which worker services' circuit breakers hold new
+	// directives; nil holds none. A held step waits READY (reason
+	// CIRCUIT_OPEN) until ReleaseHold dispatches it.
+	Breakers Breakers
+	Logger   *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+}
+
+// Breakers tells whether a worker service's circuit breaker holds new
+// directives (package breaker's Cache implements it).
+type Breakers interface {
+	Holding(service string) bool
 }
 
 // Callbacks are the endpoints a directive tells workers to call.

@@ -285,9 +285,12 @@ const (
 
 	sqlReplays = `SELECT job_id FROM requests WHERE replay_of = $1 ORDER BY received_at, job_id`
 
-	// sqlCancelWaiting closes the steps of a job that wait for a retry.
+	// sqlCancelWaiting closes the steps of a job that wait for a retry, the
+	// next poll or a circuit breaker (READY), and forgets their holds.
 	sqlCancelWaiting = `WITH w AS (
-		SELECT step_id, status FROM steps WHERE job_id = $1 AND status IN ('FAILED_RETRY', 'POLLING') FOR UPDATE),
+		SELECT step_id, status FROM steps WHERE job_id = $1 AND status IN ('FAILED_RETRY', 'POLLING', 'READY') FOR UPDATE),
+	h AS (
+		DELETE FROM circuit_holds h USING w WHERE h.job_id = $1 AND h.step_id = w.step_id),
 	s AS (
 		UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now()
 		FROM w WHERE steps.job_id = $1 AND steps.step_id = w.step_id

@@ -10,6 +10,7 @@ type Status string
 // Node states.
 const (
 	Pending     Status = "PENDING"
+	Ready       Status = "READY" // waiting for its service's circuit breaker
 	Dispatching Status = "DISPATCHING"
 	AwaitingAck Status = "AWAITING_ACK"
 	InProgress  Status = "IN_PROGRESS"
@@ -26,9 +27,10 @@ func (s Status) Resolved() bool {
 	return s == Succeeded || s == FailedFinal || s == Cancelled || s == Skipped
 }
 
-// Running reports whether work for the node is under way (or waiting to be retried).
+// Running reports whether work for the node is under way (or waiting to be
+// retried, or for its service's circuit breaker).
 func (s Status) Running() bool {
-	return s == Dispatching || s == AwaitingAck || s == InProgress || s == Polling || s == FailedRetry
+	return s == Ready || s == Dispatching || s == AwaitingAck || s == InProgress || s == Polling || s == FailedRetry
 }
 
 // NodeState is what is known about one node of a job.

@@ -61,24 +61,7 @@ func TestSeedMetricsAreExportedWithPlausibleValuesAfterARun(t *testing.T) {
 	cb := s.callbacks(0, "manual")
 	answer := func(attempt int32, status luciusv1.ResultStatus) *luciusv1.ResultResponse {
 		t.Helper()
-		var lease string
-		if err := s.pool.QueryRow(s.ctx, `SELECT lease_id::text FROM attempts WHERE job_id = $1 AND step_id = 'manual' AND attempt_no = $2`,
-			manual, attempt).Scan(&lease); err != nil {
-			t.Fatal(err)
-		}
-		token := s.callbackToken(manual, "manual", attempt)
-		if r, err := cb.Ack(s.ctx, &luciusv1.AckRequest{JobId: manual, StepId: "manual", AttemptNo: attempt, LeaseId: lease,
-			AckTime: timestamppb.Now(), WorkerId: "e2e", CallbackToken: token}); err != nil ||
-			r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
-			t.Fatalf("ack of attempt %d: %v %v", attempt, r, err)
-		}
-		r, err := cb.Result(s.ctx, &luciusv1.ResultRequest{JobId: manual, StepId: "manual", AttemptNo: attempt, LeaseId: lease,
-			Status: status, FailureClass: luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, Reason: "e2e", FinishTime: timestamppb.Now(),
-			CallbackToken: token})
-		if err != nil || r.GetOutcome() != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
-			t.Fatalf("result of attempt %d: %v %v", attempt, r, err)
-		}
-		return r
+		return s.answerManual(cb, manual, attempt, status)
 	}
 	s.waitStepAttempt(manual, luciusv1.StepStatus_STEP_STATUS_AWAITING_ACK, 1)
 	if r := answer(1, luciusv1.ResultStatus_RESULT_STATUS_FAILED); r.GetStepStatus() != luciusv1.StepStatus_STEP_STATUS_FAILED_RETRY {
@@ -152,6 +135,7 @@ var seedFamilies = map[string]struct {
 	"lucius_outbox_dispatch_lag_seconds": {"histogram", []string{"kind"}},
 	"lucius_outbox_backlog":              {"gauge", nil},
 	"lucius_sweeper_actions_total":       {"counter", []string{"outcome", "sweeper"}},
+	"lucius_circuit_breaker_state":       {"gauge", []string{"service"}},
 }
 
 // checkSeedMetrics lists what is missing or implausible in the run's metrics.
@@ -229,6 +213,14 @@ func checkSeedMetrics(m scraped) []string {
 	}
 	atLeast("lucius_sweeper_actions_total", 2, "sweeper", "ack_timeout")
 	atLeast("lucius_sweeper_actions_total", 1, "sweeper", "dead_letters", "outcome", "COLLECTED")
+	// Every service that ran attempts has a breaker, closed after this run.
+	for _, service := range []string{"ocr", "embedding", "sis", "manual"} {
+		if n := m.count("lucius_circuit_breaker_state", "service", service); n != 1 {
+			fail("%d lucius_circuit_breaker_state samples for %s, want 1 (the reconciler's)", n, service)
+		} else if v := m.sum("lucius_circuit_breaker_state", "service", service); v != 0 {
+			fail("lucius_circuit_breaker_state{service=%q} = %v, want 0 (CLOSED)", service, v)
+		}
+	}
 	return problems
 }
 
@@ -280,11 +272,11 @@ func (m scraped) sum(name string, labelPairs ...string) float64 {
 	return v
 }
 
-// count is how many samples are named name.
-func (m scraped) count(name string) int {
+// count is how many samples are named name (and have the label pairs).
+func (m scraped) count(name string, labelPairs ...string) int {
 	n := 0
 	for _, smp := range m.samples {
-		if smp.name == name {
+		if smp.name == name && smp.has(labelPairs) {
 			n++
 		}
 	}

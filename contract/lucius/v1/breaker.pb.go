@@ -288,9 +288,12 @@ func (x *CircuitTransition) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// ListCircuitBreakersRequest has no filters: there is one breaker per service.
+// ListCircuitBreakersRequest pages the breakers by service name.
 type ListCircuitBreakersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	PageSize int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,10 +328,25 @@ func (*ListCircuitBreakersRequest) Descriptor() ([]byte, []int) {
 	return file_lucius_v1_breaker_proto_rawDescGZIP(), []int{2}
 }
 
-// ListCircuitBreakersResponse lists the breakers.
+func (x *ListCircuitBreakersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCircuitBreakersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCircuitBreakersResponse is one page of breakers.
 type ListCircuitBreakersResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	CircuitBreakers []*CircuitBreaker      `protobuf:"bytes,1,rep,name=circuit_breakers,json=circuitBreakers,proto3" json:"circuit_breakers,omitempty"`
+	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -368,6 +386,13 @@ func (x *ListCircuitBreakersResponse) GetCircuitBreakers() []*CircuitBreaker {
 		return x.CircuitBreakers
 	}
 	return nil
+}
+
+func (x *ListCircuitBreakersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // GetCircuitBreakerRequest names a service.
@@ -594,10 +619,15 @@ const file_lucius_v1_breaker_proto_rawDesc = "" +
 	"\battempts\x18\x05 \x01(\x05R\battempts\x12\x1c\n" +
 	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12;\n" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\x1c\n" +
-	"\x1aListCircuitBreakersRequest\"c\n" +
+	"createTime\"n\n" +
+	"\x1aListCircuitBreakersRequest\x12'\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x8b\x01\n" +
 	"\x1bListCircuitBreakersResponse\x12D\n" +
-	"\x10circuit_breakers\x18\x01 \x03(\v2\x19.lucius.v1.CircuitBreakerR\x0fcircuitBreakers\"?\n" +
+	"\x10circuit_breakers\x18\x01 \x03(\v2\x19.lucius.v1.CircuitBreakerR\x0fcircuitBreakers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n" +
 	"\x18GetCircuitBreakerRequest\x12#\n" +
 	"\aservice\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aservice\"\x9f\x01\n" +
 	"\x19GetCircuitBreakerResponse\x12B\n" +

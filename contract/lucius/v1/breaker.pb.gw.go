@@ -35,11 +35,19 @@ var (
 	_ = metadata.Join
 )
 
+var filter_CircuitBreakerService_ListCircuitBreakers_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_CircuitBreakerService_ListCircuitBreakers_0(ctx context.Context, marshaler runtime.Marshaler, client CircuitBreakerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListCircuitBreakersRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_CircuitBreakerService_ListCircuitBreakers_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 	}
@@ -52,6 +60,12 @@ func local_request_CircuitBreakerService_ListCircuitBreakers_0(ctx context.Conte
 		protoReq ListCircuitBreakersRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_CircuitBreakerService_ListCircuitBreakers_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	msg, err := server.ListCircuitBreakers(ctx, &protoReq)
 	return msg, metadata, err
 }

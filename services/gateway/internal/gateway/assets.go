@@ -132,11 +132,8 @@ func (s *assetService) error(ctx context.Context, err error, id string) error {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return server.Error(codes.NotFound, server.ReasonAssetNotFound, "asset "+id+" not found", "asset_id", id).Err()
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
 	}
-	s.log.ErrorContext(ctx, "assets", "asset_id", id, telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+	return ledgerError(ctx, s.log, "assets", err, "asset_id", id)
 }
 
 func assetToProto(a *ledger.Asset) *luciusv1.Asset {

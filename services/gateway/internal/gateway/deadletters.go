@@ -12,7 +12,6 @@ import (
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/server"
-	"github.com/lucius-platform/lucius/core/telemetry"
 )
 
 // deadLetterService implements lucius.v1.DeadLetterService from the ledger:
@@ -79,9 +78,5 @@ func (s *deadLetterService) GetDeadLetter(ctx context.Context, req *luciusv1.Get
 }
 
 func (s *deadLetterService) error(ctx context.Context, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "dead letters", telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+	return ledgerError(ctx, s.log, "dead letters", err)
 }

@@ -184,11 +184,7 @@ func (s *jobService) storeError(ctx context.Context, err error, jobID string) er
 	if errors.Is(err, ledger.ErrNotFound) {
 		return server.Error(codes.NotFound, server.ReasonJobNotFound, "job "+jobID+" not found", "job_id", jobID).Err()
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "ledger", telemetry.JobID(jobID), telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+	return ledgerError(ctx, s.log, "ledger", err, telemetry.JobID(jobID))
 }
 
 func invalidPageToken() error {

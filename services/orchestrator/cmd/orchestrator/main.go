@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/process"
@@ -53,5 +54,6 @@ func configure(e *env.Reader) (orchestrator.Config, error) {
 	}
 	cfg.WorkflowsDir = e.String("LUCIUS_WORKFLOWS_DIR", "")
 	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
+	cfg.Breakers = breaker.PolicyFromEnv(e)
 	return cfg, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/config"
@@ -41,6 +42,9 @@ type Config struct {
 	// WorkflowLimits bound workflow definitions and their jobs (zero fields:
 	// workflow's defaults); every process should have the same.
 	WorkflowLimits workflow.Limits
+	// Breakers: the circuit breakers this orchestrator's dispatches respect
+	// (the reconciler decides them; only Disabled and Interval matter here).
+	Breakers breaker.Policy
 	// Bus selects and tunes the transport (default: the PostgreSQL bus in
 	// the database).
 	Bus busconfig.Config
@@ -65,7 +69,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate(), c.Breakers.Validate()}
 	if c.OwnerID == "" {
 		errs = append(errs, errors.New("orchestrator: OwnerID is required"))
 	}
@@ -134,8 +138,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if callbacks.RESTBaseURL == "" {
 		callbacks.RESTBaseURL = "http://" + ep.HTTPAddr()
 	}
+	breakers := breaker.NewCache(store, cfg.Breakers, log)
 	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, Callbacks: callbacks,
-		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log})
+		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log, Breakers: breakers})
 	if err != nil {
 		ep.Close()
 		return err
@@ -185,6 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		consumer.run,
 		owned.run,
 		executor.run,
+		breakers.Run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(loops) }()

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
@@ -55,6 +56,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 		Timeout:        e.Duration("LUCIUS_CALLBACK_TIMEOUT", 0),
 	}
 	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
+	cfg.Breakers = breaker.PolicyFromEnv(e)
 	var err error
 	if cfg.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
 		return cfg, err

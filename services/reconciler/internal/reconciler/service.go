@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/loop"
@@ -46,6 +47,8 @@ type Config struct {
 	Dispatcher DispatcherConfig
 	Callbacks  CallbackConfig
 	Sweepers   SweepersConfig
+	// Breakers tunes the circuit breakers this reconciler decides (package breaker).
+	Breakers breaker.Policy
 	// WorkspaceRoot is the URL job workspaces live under (directives of the
 	// attempts sweepers start carry it). Required.
 	WorkspaceRoot string
@@ -73,7 +76,7 @@ type Config struct {
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate()}
+	errs := []error{c.Service.Validate(), c.WorkflowLimits.Validate(), c.Bus.Validate(), c.Breakers.Validate()}
 	if c.WorkspaceRoot == "" {
 		errs = append(errs, errors.New("reconciler: WorkspaceRoot is required"))
 	}
@@ -134,8 +137,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := declare(ctx); err != nil {
 		return err
 	}
+	breakers := breaker.NewCache(store, cfg.Breakers, log)
 	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
-		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}})
+		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}, Breakers: breakers})
+	if err != nil {
+		return err
+	}
+	monitor, err := breaker.NewMonitor(store, cfg.Breakers, func(ctx context.Context, h ledger.HeldStep) error {
+		_, err := eng.ReleaseHold(ctx, h)
+		return err
+	}, otel.Meter("lucius/reconciler"), log, func(ctx context.Context) { breakers.Refresh(ctx) }) //nolint:errcheck // Run retries
 	if err != nil {
 		return err
 	}
@@ -184,6 +195,8 @@ func Run(ctx context.Context, cfg Config) error {
 		func(ctx context.Context) { deliv.run(ctx, callbacks) },
 		func(ctx context.Context) { purgeLoop(ctx, store, cfg.PurgeInterval, cfg.OutboxRetention, log) },
 		func(ctx context.Context) { runAll(ctx, metrics, loops) },
+		breakers.Run,
+		monitor.Run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(background) }()
