@@ -33,6 +33,7 @@ var MethodRoles = map[string][]Role{
 	luciusv1.AssetService_ListAssetRevisions_FullMethodName:   partnerOrOperator,
 	luciusv1.AssetService_RollbackAsset_FullMethodName:        partnerOrOperator,
 	luciusv1.AssetService_DeleteAsset_FullMethodName:          partnerOrOperator,
+	luciusv1.AssetService_SetAssetApproval_FullMethodName:     partnerOrOperator,
 
 	// Partners may read and validate definitions: they name the request
 	// types a partner can submit. Registering one is an operator's change.

@@ -53,7 +53,17 @@ type Asset struct {
 	ProcessingStatus                JobStatus
 	CreatedBy, DeletedBy            string
 	CreatedAt, UpdatedAt, DeletedAt time.Time
+	// The platform's review (ApprovalPending, ApprovalApproved, ApprovalRejected).
+	ApprovalState, ApprovalNote, ApprovalUpdatedBy string
+	ApprovalUpdatedAt                              time.Time
 }
+
+// Approval states of an asset.
+const (
+	ApprovalPending  = "PENDING"
+	ApprovalApproved = "APPROVED"
+	ApprovalRejected = "REJECTED"
+)
 
 // AssetRevision is one processing of an asset by a job.
 type AssetRevision struct {
@@ -94,7 +104,8 @@ const (
 	FROM r WHERE a.tenant_id = r.tenant_id AND a.asset_id = r.asset_id`
 
 	assetColumns = `tenant_id, asset_id, platform_id, platform_refs, revisions, current_revision, current_job_id,
-	content_hash, processing_status, created_by, created_at, updated_at, deleted_at, deleted_by`
+	content_hash, processing_status, created_by, created_at, updated_at, deleted_at, deleted_by,
+	approval_state, approval_note, approval_updated_by, approval_updated_at`
 
 	sqlGetAsset = `SELECT ` + assetColumns + ` FROM assets WHERE tenant_id = $1 AND asset_id = $2`
 
@@ -150,17 +161,18 @@ func (s *Store) GetAsset(ctx context.Context, tenantID, assetID string) (*Asset,
 func scanAsset(row pgx.Row, assetID string) (*Asset, error) {
 	var a Asset
 	var refs []byte
-	var deleted *time.Time
+	var deleted, approved *time.Time
 	var status string
 	err := row.Scan(&a.TenantID, &a.AssetID, &a.PlatformID, &refs, &a.Revisions, &a.CurrentRevision, &a.CurrentJobID,
-		&a.ContentHash, &status, &a.CreatedBy, &a.CreatedAt, &a.UpdatedAt, &deleted, &a.DeletedBy)
+		&a.ContentHash, &status, &a.CreatedBy, &a.CreatedAt, &a.UpdatedAt, &deleted, &a.DeletedBy,
+		&a.ApprovalState, &a.ApprovalNote, &a.ApprovalUpdatedBy, &approved)
 	if isNoRows(err) {
 		return nil, fmt.Errorf("asset %s: %w", assetID, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("asset %s: %w", assetID, err)
 	}
-	a.ProcessingStatus, a.DeletedAt = JobStatus(status), derefTime(deleted)
+	a.ProcessingStatus, a.DeletedAt, a.ApprovalUpdatedAt = JobStatus(status), derefTime(deleted), derefTime(approved)
 	if err := json.Unmarshal(refs, &a.PlatformRefs); err != nil {
 		return nil, fmt.Errorf("asset %s: platform_refs: %w", assetID, err)
 	}
@@ -216,4 +228,23 @@ func (s *Store) DeleteAsset(ctx context.Context, tenantID, assetID, by string) (
 		return nil, fmt.Errorf("asset %s: %w", assetID, ErrNotFound)
 	}
 	return s.GetAsset(ctx, tenantID, assetID)
+}
+
+// SetAssetApproval records the platform's review of an asset. ErrNotFound
+// for no such asset, ErrAssetDeleted for a deleted one.
+func (s *Store) SetAssetApproval(ctx context.Context, tenantID, assetID, state, note, by string) (*Asset, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE assets SET approval_state = $3, approval_note = $4, approval_updated_by = $5,
+		approval_updated_at = now(), updated_at = now()
+	WHERE tenant_id = $1 AND asset_id = $2 AND deleted_at IS NULL`, tenantID, assetID, state, note, by)
+	if err != nil {
+		return nil, fmt.Errorf("asset %s: approval: %w", assetID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return s.GetAsset(ctx, tenantID, assetID)
+	}
+	a, err := s.GetAsset(ctx, tenantID, assetID)
+	if err != nil {
+		return nil, err
+	}
+	return a, fmt.Errorf("asset %s: %w", a.AssetID, ErrAssetDeleted)
 }

@@ -24,6 +24,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ApprovalState is the partner platform's review of an asset.
+type ApprovalState int32
+
+const (
+	ApprovalState_APPROVAL_STATE_UNSPECIFIED ApprovalState = 0
+	// Not reviewed yet: every asset starts here.
+	ApprovalState_APPROVAL_STATE_PENDING  ApprovalState = 1
+	ApprovalState_APPROVAL_STATE_APPROVED ApprovalState = 2
+	ApprovalState_APPROVAL_STATE_REJECTED ApprovalState = 3
+)
+
+// Enum value maps for ApprovalState.
+var (
+	ApprovalState_name = map[int32]string{
+		0: "APPROVAL_STATE_UNSPECIFIED",
+		1: "APPROVAL_STATE_PENDING",
+		2: "APPROVAL_STATE_APPROVED",
+		3: "APPROVAL_STATE_REJECTED",
+	}
+	ApprovalState_value = map[string]int32{
+		"APPROVAL_STATE_UNSPECIFIED": 0,
+		"APPROVAL_STATE_PENDING":     1,
+		"APPROVAL_STATE_APPROVED":    2,
+		"APPROVAL_STATE_REJECTED":    3,
+	}
+)
+
+func (x ApprovalState) Enum() *ApprovalState {
+	p := new(ApprovalState)
+	*p = x
+	return p
+}
+
+func (x ApprovalState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApprovalState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lucius_v1_asset_proto_enumTypes[0].Descriptor()
+}
+
+func (ApprovalState) Type() protoreflect.EnumType {
+	return &file_lucius_v1_asset_proto_enumTypes[0]
+}
+
+func (x ApprovalState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApprovalState.Descriptor instead.
+func (ApprovalState) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_asset_proto_rawDescGZIP(), []int{0}
+}
+
 // Asset is one thing a partner platform names, processed in revisions.
 type Asset struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -45,10 +99,15 @@ type Asset struct {
 	CreateTime       *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Set once soft-deleted.
-	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
-	DeletedBy     string                 `protobuf:"bytes,14,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	DeletedBy  string                 `protobuf:"bytes,14,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
+	// The platform's review (SetAssetApproval): state, note, who and when.
+	ApprovalState      ApprovalState          `protobuf:"varint,15,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
+	ApprovalNote       string                 `protobuf:"bytes,16,opt,name=approval_note,json=approvalNote,proto3" json:"approval_note,omitempty"`
+	ApprovalUpdatedBy  string                 `protobuf:"bytes,17,opt,name=approval_updated_by,json=approvalUpdatedBy,proto3" json:"approval_updated_by,omitempty"`
+	ApprovalUpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=approval_update_time,json=approvalUpdateTime,proto3" json:"approval_update_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Asset) Reset() {
@@ -177,6 +236,34 @@ func (x *Asset) GetDeletedBy() string {
 		return x.DeletedBy
 	}
 	return ""
+}
+
+func (x *Asset) GetApprovalState() ApprovalState {
+	if x != nil {
+		return x.ApprovalState
+	}
+	return ApprovalState_APPROVAL_STATE_UNSPECIFIED
+}
+
+func (x *Asset) GetApprovalNote() string {
+	if x != nil {
+		return x.ApprovalNote
+	}
+	return ""
+}
+
+func (x *Asset) GetApprovalUpdatedBy() string {
+	if x != nil {
+		return x.ApprovalUpdatedBy
+	}
+	return ""
+}
+
+func (x *Asset) GetApprovalUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovalUpdateTime
+	}
+	return nil
 }
 
 // AssetRevision is one processing of an asset.
@@ -803,11 +890,126 @@ func (x *DeleteAssetResponse) GetAsset() *Asset {
 	return nil
 }
 
+// SetAssetApprovalRequest names the asset and its new review state.
+type SetAssetApprovalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	ApprovalState ApprovalState          `protobuf:"varint,3,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
+	// Why, e.g. "metadata incomplete".
+	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAssetApprovalRequest) Reset() {
+	*x = SetAssetApprovalRequest{}
+	mi := &file_lucius_v1_asset_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAssetApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAssetApprovalRequest) ProtoMessage() {}
+
+func (x *SetAssetApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_asset_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAssetApprovalRequest.ProtoReflect.Descriptor instead.
+func (*SetAssetApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_asset_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetAssetApprovalRequest) GetAssetId() string {
+	if x != nil {
+		return x.AssetId
+	}
+	return ""
+}
+
+func (x *SetAssetApprovalRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *SetAssetApprovalRequest) GetApprovalState() ApprovalState {
+	if x != nil {
+		return x.ApprovalState
+	}
+	return ApprovalState_APPROVAL_STATE_UNSPECIFIED
+}
+
+func (x *SetAssetApprovalRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// SetAssetApprovalResponse carries the asset as it now is.
+type SetAssetApprovalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAssetApprovalResponse) Reset() {
+	*x = SetAssetApprovalResponse{}
+	mi := &file_lucius_v1_asset_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAssetApprovalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAssetApprovalResponse) ProtoMessage() {}
+
+func (x *SetAssetApprovalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_asset_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAssetApprovalResponse.ProtoReflect.Descriptor instead.
+func (*SetAssetApprovalResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_asset_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetAssetApprovalResponse) GetAsset() *Asset {
+	if x != nil {
+		return x.Asset
+	}
+	return nil
+}
+
 var File_lucius_v1_asset_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_asset_proto_rawDesc = "" +
 	"\n" +
-	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xb4\x05\n" +
+	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x98\a\n" +
 	"\x05Asset\x12\x19\n" +
 	"\basset_id\x18\x01 \x01(\tR\aassetId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x1f\n" +
@@ -829,7 +1031,11 @@ const file_lucius_v1_asset_proto_rawDesc = "" +
 	"\vdelete_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12\x1d\n" +
 	"\n" +
-	"deleted_by\x18\x0e \x01(\tR\tdeletedBy\x1a?\n" +
+	"deleted_by\x18\x0e \x01(\tR\tdeletedBy\x12?\n" +
+	"\x0eapproval_state\x18\x0f \x01(\x0e2\x18.lucius.v1.ApprovalStateR\rapprovalState\x12#\n" +
+	"\rapproval_note\x18\x10 \x01(\tR\fapprovalNote\x12.\n" +
+	"\x13approval_updated_by\x18\x11 \x01(\tR\x11approvalUpdatedBy\x12L\n" +
+	"\x14approval_update_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x12approvalUpdateTime\x1a?\n" +
 	"\x11PlatformRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
@@ -883,13 +1089,28 @@ const file_lucius_v1_asset_proto_rawDesc = "" +
 	"\ttenant_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\"=\n" +
 	"\x13DeleteAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset2\xd7\x04\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xdf\x01\n" +
+	"\x17SetAssetApprovalRequest\x120\n" +
+	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12K\n" +
+	"\x0eapproval_state\x18\x03 \x01(\x0e2\x18.lucius.v1.ApprovalStateB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\rapprovalState\x12\x1c\n" +
+	"\x04note\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x04note\"B\n" +
+	"\x18SetAssetApprovalResponse\x12&\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset*\x85\x01\n" +
+	"\rApprovalState\x12\x1e\n" +
+	"\x1aAPPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16APPROVAL_STATE_PENDING\x10\x01\x12\x1b\n" +
+	"\x17APPROVAL_STATE_APPROVED\x10\x02\x12\x1b\n" +
+	"\x17APPROVAL_STATE_REJECTED\x10\x032\xe3\x05\n" +
 	"\fAssetService\x12b\n" +
 	"\bGetAsset\x12\x1a.lucius.v1.GetAssetRequest\x1a\x1b.lucius.v1.GetAssetResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/assets/{asset_id}\x12j\n" +
 	"\vLookupAsset\x12\x1d.lucius.v1.LookupAssetRequest\x1a\x1e.lucius.v1.LookupAssetResponse\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/assets:lookup\x12\x8a\x01\n" +
 	"\x12ListAssetRevisions\x12$.lucius.v1.ListAssetRevisionsRequest\x1a%.lucius.v1.ListAssetRevisionsResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/assets/{asset_id}/revisions\x12}\n" +
 	"\rRollbackAsset\x12\x1f.lucius.v1.RollbackAssetRequest\x1a .lucius.v1.RollbackAssetResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/assets/{asset_id}:rollback\x12k\n" +
-	"\vDeleteAsset\x12\x1d.lucius.v1.DeleteAssetRequest\x1a\x1e.lucius.v1.DeleteAssetResponse\"\x1d\x82\xd3\xe4\x93\x02\x17*\x15/v1/assets/{asset_id}B?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\vDeleteAsset\x12\x1d.lucius.v1.DeleteAssetRequest\x1a\x1e.lucius.v1.DeleteAssetResponse\"\x1d\x82\xd3\xe4\x93\x02\x17*\x15/v1/assets/{asset_id}\x12\x89\x01\n" +
+	"\x10SetAssetApproval\x12\".lucius.v1.SetAssetApprovalRequest\x1a#.lucius.v1.SetAssetApprovalResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/assets/{asset_id}:setApprovalB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_asset_proto_rawDescOnce sync.Once
@@ -903,55 +1124,65 @@ func file_lucius_v1_asset_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_asset_proto_rawDescData
 }
 
-var file_lucius_v1_asset_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lucius_v1_asset_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lucius_v1_asset_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_lucius_v1_asset_proto_goTypes = []any{
-	(*Asset)(nil),                      // 0: lucius.v1.Asset
-	(*AssetRevision)(nil),              // 1: lucius.v1.AssetRevision
-	(*GetAssetRequest)(nil),            // 2: lucius.v1.GetAssetRequest
-	(*GetAssetResponse)(nil),           // 3: lucius.v1.GetAssetResponse
-	(*LookupAssetRequest)(nil),         // 4: lucius.v1.LookupAssetRequest
-	(*LookupAssetResponse)(nil),        // 5: lucius.v1.LookupAssetResponse
-	(*ListAssetRevisionsRequest)(nil),  // 6: lucius.v1.ListAssetRevisionsRequest
-	(*ListAssetRevisionsResponse)(nil), // 7: lucius.v1.ListAssetRevisionsResponse
-	(*RollbackAssetRequest)(nil),       // 8: lucius.v1.RollbackAssetRequest
-	(*RollbackAssetResponse)(nil),      // 9: lucius.v1.RollbackAssetResponse
-	(*DeleteAssetRequest)(nil),         // 10: lucius.v1.DeleteAssetRequest
-	(*DeleteAssetResponse)(nil),        // 11: lucius.v1.DeleteAssetResponse
-	nil,                                // 12: lucius.v1.Asset.PlatformRefsEntry
-	nil,                                // 13: lucius.v1.LookupAssetRequest.PlatformRefsEntry
-	(JobStatus)(0),                     // 14: lucius.v1.JobStatus
-	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
+	(ApprovalState)(0),                 // 0: lucius.v1.ApprovalState
+	(*Asset)(nil),                      // 1: lucius.v1.Asset
+	(*AssetRevision)(nil),              // 2: lucius.v1.AssetRevision
+	(*GetAssetRequest)(nil),            // 3: lucius.v1.GetAssetRequest
+	(*GetAssetResponse)(nil),           // 4: lucius.v1.GetAssetResponse
+	(*LookupAssetRequest)(nil),         // 5: lucius.v1.LookupAssetRequest
+	(*LookupAssetResponse)(nil),        // 6: lucius.v1.LookupAssetResponse
+	(*ListAssetRevisionsRequest)(nil),  // 7: lucius.v1.ListAssetRevisionsRequest
+	(*ListAssetRevisionsResponse)(nil), // 8: lucius.v1.ListAssetRevisionsResponse
+	(*RollbackAssetRequest)(nil),       // 9: lucius.v1.RollbackAssetRequest
+	(*RollbackAssetResponse)(nil),      // 10: lucius.v1.RollbackAssetResponse
+	(*DeleteAssetRequest)(nil),         // 11: lucius.v1.DeleteAssetRequest
+	(*DeleteAssetResponse)(nil),        // 12: lucius.v1.DeleteAssetResponse
+	(*SetAssetApprovalRequest)(nil),    // 13: lucius.v1.SetAssetApprovalRequest
+	(*SetAssetApprovalResponse)(nil),   // 14: lucius.v1.SetAssetApprovalResponse
+	nil,                                // 15: lucius.v1.Asset.PlatformRefsEntry
+	nil,                                // 16: lucius.v1.LookupAssetRequest.PlatformRefsEntry
+	(JobStatus)(0),                     // 17: lucius.v1.JobStatus
+	(*timestamppb.Timestamp)(nil),      // 18: google.protobuf.Timestamp
 }
 var file_lucius_v1_asset_proto_depIdxs = []int32{
-	12, // 0: lucius.v1.Asset.platform_refs:type_name -> lucius.v1.Asset.PlatformRefsEntry
-	14, // 1: lucius.v1.Asset.processing_status:type_name -> lucius.v1.JobStatus
-	15, // 2: lucius.v1.Asset.create_time:type_name -> google.protobuf.Timestamp
-	15, // 3: lucius.v1.Asset.update_time:type_name -> google.protobuf.Timestamp
-	15, // 4: lucius.v1.Asset.delete_time:type_name -> google.protobuf.Timestamp
-	14, // 5: lucius.v1.AssetRevision.status:type_name -> lucius.v1.JobStatus
-	15, // 6: lucius.v1.AssetRevision.create_time:type_name -> google.protobuf.Timestamp
-	15, // 7: lucius.v1.AssetRevision.complete_time:type_name -> google.protobuf.Timestamp
-	0,  // 8: lucius.v1.GetAssetResponse.asset:type_name -> lucius.v1.Asset
-	13, // 9: lucius.v1.LookupAssetRequest.platform_refs:type_name -> lucius.v1.LookupAssetRequest.PlatformRefsEntry
-	0,  // 10: lucius.v1.LookupAssetResponse.asset:type_name -> lucius.v1.Asset
-	1,  // 11: lucius.v1.ListAssetRevisionsResponse.revisions:type_name -> lucius.v1.AssetRevision
-	0,  // 12: lucius.v1.RollbackAssetResponse.asset:type_name -> lucius.v1.Asset
-	0,  // 13: lucius.v1.DeleteAssetResponse.asset:type_name -> lucius.v1.Asset
-	2,  // 14: lucius.v1.AssetService.GetAsset:input_type -> lucius.v1.GetAssetRequest
-	4,  // 15: lucius.v1.AssetService.LookupAsset:input_type -> lucius.v1.LookupAssetRequest
-	6,  // 16: lucius.v1.AssetService.ListAssetRevisions:input_type -> lucius.v1.ListAssetRevisionsRequest
-	8,  // 17: lucius.v1.AssetService.RollbackAsset:input_type -> lucius.v1.RollbackAssetRequest
-	10, // 18: lucius.v1.AssetService.DeleteAsset:input_type -> lucius.v1.DeleteAssetRequest
-	3,  // 19: lucius.v1.AssetService.GetAsset:output_type -> lucius.v1.GetAssetResponse
-	5,  // 20: lucius.v1.AssetService.LookupAsset:output_type -> lucius.v1.LookupAssetResponse
-	7,  // 21: lucius.v1.AssetService.ListAssetRevisions:output_type -> lucius.v1.ListAssetRevisionsResponse
-	9,  // 22: lucius.v1.AssetService.RollbackAsset:output_type -> lucius.v1.RollbackAssetResponse
-	11, // 23: lucius.v1.AssetService.DeleteAsset:output_type -> lucius.v1.DeleteAssetResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 0: lucius.v1.Asset.platform_refs:type_name -> lucius.v1.Asset.PlatformRefsEntry
+	17, // 1: lucius.v1.Asset.processing_status:type_name -> lucius.v1.JobStatus
+	18, // 2: lucius.v1.Asset.create_time:type_name -> google.protobuf.Timestamp
+	18, // 3: lucius.v1.Asset.update_time:type_name -> google.protobuf.Timestamp
+	18, // 4: lucius.v1.Asset.delete_time:type_name -> google.protobuf.Timestamp
+	0,  // 5: lucius.v1.Asset.approval_state:type_name -> lucius.v1.ApprovalState
+	18, // 6: lucius.v1.Asset.approval_update_time:type_name -> google.protobuf.Timestamp
+	17, // 7: lucius.v1.AssetRevision.status:type_name -> lucius.v1.JobStatus
+	18, // 8: lucius.v1.AssetRevision.create_time:type_name -> google.protobuf.Timestamp
+	18, // 9: lucius.v1.AssetRevision.complete_time:type_name -> google.protobuf.Timestamp
+	1,  // 10: lucius.v1.GetAssetResponse.asset:type_name -> lucius.v1.Asset
+	16, // 11: lucius.v1.LookupAssetRequest.platform_refs:type_name -> lucius.v1.LookupAssetRequest.PlatformRefsEntry
+	1,  // 12: lucius.v1.LookupAssetResponse.asset:type_name -> lucius.v1.Asset
+	2,  // 13: lucius.v1.ListAssetRevisionsResponse.revisions:type_name -> lucius.v1.AssetRevision
+	1,  // 14: lucius.v1.RollbackAssetResponse.asset:type_name -> lucius.v1.Asset
+	1,  // 15: lucius.v1.DeleteAssetResponse.asset:type_name -> lucius.v1.Asset
+	0,  // 16: lucius.v1.SetAssetApprovalRequest.approval_state:type_name -> lucius.v1.ApprovalState
+	1,  // 17: lucius.v1.SetAssetApprovalResponse.asset:type_name -> lucius.v1.Asset
+	3,  // 18: lucius.v1.AssetService.GetAsset:input_type -> lucius.v1.GetAssetRequest
+	5,  // 19: lucius.v1.AssetService.LookupAsset:input_type -> lucius.v1.LookupAssetRequest
+	7,  // 20: lucius.v1.AssetService.ListAssetRevisions:input_type -> lucius.v1.ListAssetRevisionsRequest
+	9,  // 21: lucius.v1.AssetService.RollbackAsset:input_type -> lucius.v1.RollbackAssetRequest
+	11, // 22: lucius.v1.AssetService.DeleteAsset:input_type -> lucius.v1.DeleteAssetRequest
+	13, // 23: lucius.v1.AssetService.SetAssetApproval:input_type -> lucius.v1.SetAssetApprovalRequest
+	4,  // 24: lucius.v1.AssetService.GetAsset:output_type -> lucius.v1.GetAssetResponse
+	6,  // 25: lucius.v1.AssetService.LookupAsset:output_type -> lucius.v1.LookupAssetResponse
+	8,  // 26: lucius.v1.AssetService.ListAssetRevisions:output_type -> lucius.v1.ListAssetRevisionsResponse
+	10, // 27: lucius.v1.AssetService.RollbackAsset:output_type -> lucius.v1.RollbackAssetResponse
+	12, // 28: lucius.v1.AssetService.DeleteAsset:output_type -> lucius.v1.DeleteAssetResponse
+	14, // 29: lucius.v1.AssetService.SetAssetApproval:output_type -> lucius.v1.SetAssetApprovalResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_asset_proto_init() }
@@ -965,13 +1196,14 @@ func file_lucius_v1_asset_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_asset_proto_rawDesc), len(file_lucius_v1_asset_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   14,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_lucius_v1_asset_proto_goTypes,
 		DependencyIndexes: file_lucius_v1_asset_proto_depIdxs,
+		EnumInfos:         file_lucius_v1_asset_proto_enumTypes,
 		MessageInfos:      file_lucius_v1_asset_proto_msgTypes,
 	}.Build()
 	File_lucius_v1_asset_proto = out.File

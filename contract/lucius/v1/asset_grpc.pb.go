@@ -24,6 +24,7 @@ const (
 	AssetService_ListAssetRevisions_FullMethodName = "/lucius.v1.AssetService/ListAssetRevisions"
 	AssetService_RollbackAsset_FullMethodName      = "/lucius.v1.AssetService/RollbackAsset"
 	AssetService_DeleteAsset_FullMethodName        = "/lucius.v1.AssetService/DeleteAsset"
+	AssetService_SetAssetApproval_FullMethodName   = "/lucius.v1.AssetService/SetAssetApproval"
 )
 
 // AssetServiceClient is the client API for AssetService service.
@@ -49,6 +50,11 @@ type AssetServiceClient interface {
 	// DeleteAsset soft-deletes an asset: it stays readable, and commands naming
 	// it are refused (ASSET_DELETED).
 	DeleteAsset(ctx context.Context, in *DeleteAssetRequest, opts ...grpc.CallOption) (*DeleteAssetResponse, error)
+	// SetAssetApproval records the partner platform's review of an asset
+	// (business state, seed 001 §7.3): Lucius stores it and never changes it
+	// itself; processing does not depend on it. A deleted asset is refused
+	// (ASSET_DELETED).
+	SetAssetApproval(ctx context.Context, in *SetAssetApprovalRequest, opts ...grpc.CallOption) (*SetAssetApprovalResponse, error)
 }
 
 type assetServiceClient struct {
@@ -109,6 +115,16 @@ func (c *assetServiceClient) DeleteAsset(ctx context.Context, in *DeleteAssetReq
 	return out, nil
 }
 
+func (c *assetServiceClient) SetAssetApproval(ctx context.Context, in *SetAssetApprovalRequest, opts ...grpc.CallOption) (*SetAssetApprovalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetAssetApprovalResponse)
+	err := c.cc.Invoke(ctx, AssetService_SetAssetApproval_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AssetServiceServer is the server API for AssetService service.
 // All implementations must embed UnimplementedAssetServiceServer
 // for forward compatibility.
@@ -132,6 +148,11 @@ type AssetServiceServer interface {
 	// DeleteAsset soft-deletes an asset: it stays readable, and commands naming
 	// it are refused (ASSET_DELETED).
 	DeleteAsset(context.Context, *DeleteAssetRequest) (*DeleteAssetResponse, error)
+	// SetAssetApproval records the partner platform's review of an asset
+	// (business state, seed 001 §7.3): Lucius stores it and never changes it
+	// itself; processing does not depend on it. A deleted asset is refused
+	// (ASSET_DELETED).
+	SetAssetApproval(context.Context, *SetAssetApprovalRequest) (*SetAssetApprovalResponse, error)
 	mustEmbedUnimplementedAssetServiceServer()
 }
 
@@ -156,6 +177,9 @@ func (UnimplementedAssetServiceServer) RollbackAsset(context.Context, *RollbackA
 }
 func (UnimplementedAssetServiceServer) DeleteAsset(context.Context, *DeleteAssetRequest) (*DeleteAssetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteAsset not implemented")
+}
+func (UnimplementedAssetServiceServer) SetAssetApproval(context.Context, *SetAssetApprovalRequest) (*SetAssetApprovalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAssetApproval not implemented")
 }
 func (UnimplementedAssetServiceServer) mustEmbedUnimplementedAssetServiceServer() {}
 func (UnimplementedAssetServiceServer) testEmbeddedByValue()                      {}
@@ -268,6 +292,24 @@ func _AssetService_DeleteAsset_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AssetService_SetAssetApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAssetApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AssetServiceServer).SetAssetApproval(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AssetService_SetAssetApproval_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AssetServiceServer).SetAssetApproval(ctx, req.(*SetAssetApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AssetService_ServiceDesc is the grpc.ServiceDesc for AssetService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -294,6 +336,10 @@ var AssetService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteAsset",
 			Handler:    _AssetService_DeleteAsset_Handler,
+		},
+		{
+			MethodName: "SetAssetApproval",
+			Handler:    _AssetService_SetAssetApproval_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

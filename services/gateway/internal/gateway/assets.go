@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -105,6 +106,26 @@ func (s *assetService) DeleteAsset(ctx context.Context, req *luciusv1.DeleteAsse
 	return &luciusv1.DeleteAssetResponse{Asset: assetToProto(a)}, nil
 }
 
+// SetAssetApproval records the partner platform's review of an asset.
+func (s *assetService) SetAssetApproval(ctx context.Context, req *luciusv1.SetAssetApprovalRequest) (*luciusv1.SetAssetApprovalResponse, error) {
+	tenant, id := routing.Normalize(req.GetTenantId()), req.GetAssetId()
+	if err := s.held(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	state := strings.TrimPrefix(req.GetApprovalState().String(), "APPROVAL_STATE_")
+	a, err := s.store.SetAssetApproval(ctx, tenant, id, state, req.GetNote(), principalName(ctx))
+	if errors.Is(err, ledger.ErrAssetDeleted) {
+		return nil, server.Error(codes.FailedPrecondition, server.ReasonAssetDeleted,
+			"the asset is deleted; its approval can no longer change", "asset_id", id).Err()
+	}
+	if err != nil {
+		return nil, s.error(ctx, err, id)
+	}
+	s.log.InfoContext(ctx, "asset approval set", "asset_id", id, telemetry.TenantID(tenant), "approval_state", state,
+		"principal", principalName(ctx))
+	return &luciusv1.SetAssetApprovalResponse{Asset: assetToProto(a)}, nil
+}
+
 // held refuses, as NOT_FOUND, a tenant the caller does not hold: it has no
 // assets for the caller. (Rollback and delete find a missing asset
 // themselves: NOT_FOUND too.)
@@ -140,5 +161,7 @@ func assetToProto(a *ledger.Asset) *luciusv1.Asset {
 	return &luciusv1.Asset{AssetId: a.AssetID, TenantId: a.TenantID, PlatformId: a.PlatformID, PlatformRefs: a.PlatformRefs,
 		Revisions: int32(a.Revisions), CurrentRevision: int32(a.CurrentRevision), CurrentJobId: a.CurrentJobID,
 		ContentHash: a.ContentHash, ProcessingStatus: jobStatusToProto(a.ProcessingStatus), CreatedBy: a.CreatedBy,
-		CreateTime: ts(a.CreatedAt), UpdateTime: ts(a.UpdatedAt), DeleteTime: ts(a.DeletedAt), DeletedBy: a.DeletedBy}
+		CreateTime: ts(a.CreatedAt), UpdateTime: ts(a.UpdatedAt), DeleteTime: ts(a.DeletedAt), DeletedBy: a.DeletedBy,
+		ApprovalState: luciusv1.ApprovalState(luciusv1.ApprovalState_value["APPROVAL_STATE_"+a.ApprovalState]),
+		ApprovalNote:  a.ApprovalNote, ApprovalUpdatedBy: a.ApprovalUpdatedBy, ApprovalUpdateTime: ts(a.ApprovalUpdatedAt)}
 }

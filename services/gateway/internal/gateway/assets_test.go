@@ -112,6 +112,30 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 		t.Fatalf("rollback to revision 2: %d %v", code, rolled)
 	}
 
+	// The platform's review: PENDING until it says otherwise; only it changes it.
+	if a["approval_state"] != "APPROVAL_STATE_PENDING" {
+		t.Fatalf("a new asset's approval: %v", a["approval_state"])
+	}
+	approve := map[string]any{"tenant_id": "acme", "approval_state": "APPROVAL_STATE_APPROVED", "note": "metadata checked"}
+	code, _, approved := f.restAs(t, partner, "POST", "/v1/assets/"+wantID+":setApproval", approve)
+	if a := approved["asset"].(map[string]any); code != http.StatusOK || a["approval_state"] != "APPROVAL_STATE_APPROVED" ||
+		a["approval_note"] != "metadata checked" || a["approval_updated_by"] == "" || a["approval_update_time"] == nil ||
+		a["current_revision"] != float64(2) {
+		t.Fatalf("approve: %d %v", code, approved)
+	}
+	for _, bad := range []map[string]any{
+		{"tenant_id": "acme", "approval_state": "APPROVAL_STATE_UNSPECIFIED"},
+		{"tenant_id": "acme", "approval_state": 9},
+	} {
+		if code, _, body := f.restAs(t, partner, "POST", "/v1/assets/"+wantID+":setApproval", bad); code != http.StatusBadRequest ||
+			!hasFieldViolation(body, "approval_state") {
+			t.Fatalf("approval %v: %d %v", bad["approval_state"], code, body)
+		}
+	}
+	if code, _, body := f.restAs(t, other, "POST", "/v1/assets/"+wantID+":setApproval", approve); code != http.StatusNotFound {
+		t.Fatalf("another tenant's approval: %d %v", code, body)
+	}
+
 	code, _, deleted := f.restAs(t, partner, "DELETE", "/v1/assets/"+wantID+"?tenant_id=acme", nil)
 	if code != http.StatusOK || deleted["asset"].(map[string]any)["delete_time"] == nil {
 		t.Fatalf("delete: %d %v", code, deleted)
@@ -123,6 +147,10 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 	}
 	if n := f.count(t, "requests"); n != requests {
 		t.Fatalf("a refused command stored a request (%d, then %d)", requests, n)
+	}
+	if code, _, body := f.restAs(t, partner, "POST", "/v1/assets/"+wantID+":setApproval", approve); code != http.StatusBadRequest ||
+		reasonOf(body) != server.ReasonAssetDeleted {
+		t.Fatalf("approving a deleted asset: %d %v", code, body)
 	}
 	if code, _, body := f.restAs(t, partner, "POST", "/v1/commands", map[string]any{"tenant_id": "acme", "request_type": "OCR",
 		"schema_version": "1", "input_ref": "file:///data/in.txt", "output_ref": "file:///data/out.txt", "payload": map[string]any{},
