@@ -60,6 +60,9 @@ var MethodRoles = map[string][]Role{
 	luciusv1.CircuitBreakerService_GetCircuitBreaker_FullMethodName:   operatorOnly,
 	luciusv1.CircuitBreakerService_ResetCircuitBreaker_FullMethodName: operatorOnly,
 
+	luciusv1.WorkerService_RegisterWorker_FullMethodName: workerOnly,
+	luciusv1.WorkerService_ListWorkers_FullMethodName:    operatorOnly,
+
 	luciusv1.CallbackService_Ack_FullMethodName:          workerOnly,
 	luciusv1.CallbackService_Result_FullMethodName:       workerOnly,
 	luciusv1.CallbackService_Heartbeat_FullMethodName:    workerOnly,

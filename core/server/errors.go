@@ -42,8 +42,12 @@ const (
 	ReasonTenantConfigNotFound = "TENANT_CONFIG_NOT_FOUND"
 	ReasonJobNotReplayable     = "JOB_NOT_REPLAYABLE"
 	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
-	ReasonUnavailable          = "UNAVAILABLE"
-	ReasonInternal             = "INTERNAL"
+	// ReasonServiceNotServed: a worker announced a service its identity does not serve.
+	ReasonServiceNotServed = "SERVICE_NOT_SERVED"
+	// ReasonHandlerOwnedByAnotherService: a worker announced a handler another service runs.
+	ReasonHandlerOwnedByAnotherService = "HANDLER_OWNED_BY_ANOTHER_SERVICE"
+	ReasonUnavailable                  = "UNAVAILABLE"
+	ReasonInternal                     = "INTERNAL"
 )
 
 // Violation is one invalid field, with the reason code of what is wrong.

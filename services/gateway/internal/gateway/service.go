@@ -97,6 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	luciusv1.RegisterConfigServiceServer(ep.GRPC, &configService{watcher: live, log: log})
 	luciusv1.RegisterRunbookServiceServer(ep.GRPC, &runbookService{store: runbook.NewStore(pool), reg: workflows, log: log})
 	luciusv1.RegisterCircuitBreakerServiceServer(ep.GRPC, &circuitBreakerService{store: store, log: log})
+	luciusv1.RegisterWorkerServiceServer(ep.GRPC, &workerService{store: store, log: log})
 	if err := errors.Join(luciusv1.RegisterCommandServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterJobServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterWorkflowServiceHandler(ctx, ep.REST, ep.Conn()),
@@ -104,7 +105,8 @@ func Run(ctx context.Context, cfg Config) error {
 		luciusv1.RegisterAssetServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterConfigServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterRunbookServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterCircuitBreakerServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterCircuitBreakerServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterWorkerServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}
