@@ -104,6 +104,9 @@ func TestCircuitBreakerOpensOnAFailingServiceAndClosesWhenItRecovers(t *testing.
 	}
 
 	// New work is held: READY, the reason says why, no directive.
+	// Every process that dispatches reads the breakers each
+	// LUCIUS_BREAKER_INTERVAL: a directive may still go out in that time.
+	time.Sleep(2 * 250 * time.Millisecond)
 	held := submit()
 	step := s.waitStep(held, luciusv1.StepStatus_STEP_STATUS_READY)
 	if !strings.Contains(step.GetReason(), "CIRCUIT_OPEN") || step.GetAttemptNo() != 0 {

@@ -256,7 +256,7 @@ func (s *Stack) plan() error {
 			return err
 		}
 		add(name, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr,
-			"LUCIUS_AUTH_TOKEN_FILE": token})
+			"LUCIUS_AUTH_TOKEN_FILE": token, "LUCIUS_GATEWAY_TARGET": gwGRPC})
 	}
 	for _, name := range s.order {
 		if _, err := os.Stat(s.procs[name].binary); err != nil {

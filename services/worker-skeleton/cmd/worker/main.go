@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/auth"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/busconfig"
@@ -46,17 +48,28 @@ import (
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
 )
 
+// platform is one example service this binary can run: its executor and
+// the handlers it announces to Lucius (WorkerService) at start.
+type platform struct {
+	exec     worker.Executor
+	handlers []string
+}
+
+// served is a service whose executor is a worker.Handlers: it announces every name.
+func served(h worker.Handlers) platform { return platform{exec: h, handlers: h.Names()} }
+
 // executors are the example services this binary can run, by service name.
 // raster and tiles serve several workflow handlers each (worker.Handlers). A
 // fork replaces this map with its own executors.
-var executors = map[string]worker.Executor{
-	"ocr":       ocr.Executor{},
-	"embedding": embedding.Executor{},
-	"sis":       sis.Executor{},
-	"raster":    raster.NewExecutor(),
-	"tiles":     tiles.NewExecutor(),
+var executors = map[string]platform{
+	"ocr":       {exec: ocr.Executor{}, handlers: []string{"OCR"}},
+	"embedding": {exec: embedding.Executor{}, handlers: []string{"EMBEDDING"}},
+	"sis":       {exec: sis.Executor{}, handlers: []string{"SIS"}},
+	"raster":    served(raster.NewExecutor()),
+	"tiles":     served(tiles.NewExecutor()),
 	// The demo pool for runbooks: any function, behaving as its params say.
-	runbookdemo.Service: runbookdemo.Executor{},
+	// It announces none: the runbooks that use it register their functions.
+	runbookdemo.Service: {exec: runbookdemo.Executor{}},
 }
 
 func main() {
@@ -83,19 +96,25 @@ type settings struct {
 	auth auth.Config
 	// runner is every Runner's configuration but its Service.
 	runner worker.Config
+	// gatewayTarget is where the worker announces its handlers
+	// (WorkerService; LUCIUS_GATEWAY_TARGET); empty: it does not.
+	gatewayTarget string
+	version       string
 }
 
 func readSettings(e *env.Reader) (settings, error) {
 	services := splitServices(e.Required("LUCIUS_WORKER_SERVICE"))
 	instance := e.String("LUCIUS_INSTANCE", "")
 	s := settings{
-		services:    services,
-		databaseURL: e.Required("DATABASE_URL"),
-		httpAddr:    e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
-		maxConns:    e.Int("LUCIUS_DB_MAX_CONNS", 10),
-		retention:   e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
-		limits:      process.ReadLimits(e),
-		telemetry:   process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
+		services:      services,
+		databaseURL:   e.Required("DATABASE_URL"),
+		httpAddr:      e.String("LUCIUS_WORKER_HTTP_ADDR", "127.0.0.1:8090"),
+		maxConns:      e.Int("LUCIUS_DB_MAX_CONNS", 10),
+		retention:     e.Duration("LUCIUS_WORKER_RETENTION", 14*24*time.Hour),
+		gatewayTarget: e.String("LUCIUS_GATEWAY_TARGET", ""),
+		version:       e.String("LUCIUS_WORKER_VERSION", buildVersion()),
+		limits:        process.ReadLimits(e),
+		telemetry:     process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
 		runner: worker.Config{
 			WorkerID:       instance,
 			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
@@ -228,7 +247,7 @@ func run() error {
 		if len(s.services) > 1 {
 			cfg.Logger = log.With("runner", service) // tell the runners' records apart
 		}
-		if runners[i], err = worker.NewRunner(b, store, executors[service], cfg); err != nil {
+		if runners[i], err = worker.NewRunner(b, store, executors[service].exec, cfg); err != nil {
 			return err
 		}
 	}
@@ -262,6 +281,9 @@ func run() error {
 		}
 	}()
 	go pruneLoop(runCtx, store, s.retention, log)
+	if err := announce(runCtx, s, runners[0].WorkerID(), log); err != nil {
+		return err
+	}
 
 	log.InfoContext(ctx, "worker starting", "platform_service", strings.Join(s.services, ","), "http", ln.Addr().String(),
 		"worker_id", runners[0].WorkerID())
@@ -334,4 +356,39 @@ func pruneLoop(ctx context.Context, store *worker.PGStore, retention time.Durati
 			}
 		}
 	})
+}
+
+// announce tells the gateway, in the background, which handlers each
+// service runs (worker.Announce), when LUCIUS_GATEWAY_TARGET is set.
+func announce(ctx context.Context, s settings, instance string, log *slog.Logger) error {
+	if s.gatewayTarget == "" {
+		log.InfoContext(ctx, "handlers not announced: LUCIUS_GATEWAY_TARGET is unset (the handler catalog must list them)")
+		return nil
+	}
+	conn, err := server.Dial(s.gatewayTarget, s.runner.DialOptions...)
+	if err != nil {
+		return fmt.Errorf("LUCIUS_GATEWAY_TARGET: %w", err)
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	client := luciusv1.NewWorkerServiceClient(conn)
+	for _, service := range s.services {
+		var handlers []*luciusv1.HandlerInfo
+		for _, name := range executors[service].handlers {
+			handlers = append(handlers, &luciusv1.HandlerInfo{Name: name, Version: s.version})
+		}
+		if len(handlers) == 0 {
+			continue // the demo pool, or a no-op service: nothing to announce
+		}
+		go worker.Announce(ctx, client, worker.Announcement{Service: service, InstanceID: instance, Version: s.version,
+			Handlers: handlers}, log)
+	}
+	return nil
+}
+
+// buildVersion is the worker module's version as Go recorded it.
+func buildVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "unknown"
 }
