@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +43,10 @@ type Config struct {
 	Database string
 	// MaxConnections defaults to 400.
 	MaxConnections int
-	Logger         *slog.Logger
+	// Settings are added to the server's (name → value), e.g.
+	// shared_preload_libraries=pg_stat_statements for benchmarks.
+	Settings map[string]string
+	Logger   *slog.Logger
 }
 
 // Cluster is a running cluster.
@@ -156,6 +161,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	if !c.cfg.Durable {
 		settings = append(settings, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.cfg.Settings)) {
+		settings = append(settings, "-c", name+"="+c.cfg.Settings[name])
 	}
 	logFile := filepath.Join(filepath.Dir(c.data), "postgres.log")
 	c.cfg.Logger.Info("starting PostgreSQL", "port", c.port, "durable", c.cfg.Durable, "log", logFile)

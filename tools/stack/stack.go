@@ -47,6 +47,8 @@ type Config struct {
 	DatabaseURL string
 	// Durable keeps fsync on in the cluster the stack starts (make up, benchmarks).
 	Durable bool
+	// PGSettings are added to the cluster the stack starts (pgcluster.Config.Settings).
+	PGSettings map[string]string
 	// PGPort for the cluster; 0 picks a free port.
 	PGPort int
 	// Ports: fixed ports (make up) or, when FreePorts, free ones (tests).
@@ -155,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
 	if s.URL == "" {
-		s.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Port: cfg.PGPort, Durable: cfg.Durable})
+		s.cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Port: cfg.PGPort, Durable: cfg.Durable,
+			Settings: cfg.PGSettings})
 		if err != nil {
 			return nil, err
 		}

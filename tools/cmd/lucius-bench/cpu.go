@@ -21,7 +21,10 @@ import (
 // (database.Open sets it) or its backend type. Linux only; elsewhere it
 // reports nothing.
 type cpuMeter struct {
-	db    *pgxpool.Pool
+	db *pgxpool.Pool
+	// names labels processes by pid (the stack's, e.g. orchestrator-2),
+	// before their command names.
+	names map[int]string
 	start cpuSnapshot
 	busy  map[string]float64            // condition → busy jiffies
 	total map[string]float64            // condition → all jiffies
@@ -140,6 +143,8 @@ func (m *cpuMeter) snapshot(ctx context.Context) cpuSnapshot {
 		name := string(b[open+1 : close])
 		if p, ok := backends[pid]; ok {
 			name = "pg:" + p
+		} else if n, ok := m.names[pid]; ok {
+			name = n
 		}
 		s.pids[pid] = pidTime{part: name, jiffies: utime + stime}
 	}

@@ -41,6 +41,7 @@ func main() {
 	c := flag.Int("c", 32, "concurrent submitting clients")
 	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
 	rate := flag.Float64("rate", 0, "submit at this many jobs/s (open loop); 0 submits as fast as the clients can")
+	closed := flag.Bool("closed", false, "closed loop: each of -c clients submits, waits for its job to end, and submits again, until -n jobs")
 	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
 	extraEnv := flag.String("env", "", "extra environment for every process, K=V pairs separated by commas (e.g. LUCIUS_PPROF=true)")
 	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, while another tenant works at its limit and while it floods at 10x its limit")
@@ -77,13 +78,17 @@ func main() {
 			floodCfg.calmRate = 20
 		}
 	}
-	if err := run(*bin, *data, *n, *c, *rate, *real, *logs); err != nil {
+	if *closed && *rate > 0 {
+		fmt.Fprintln(os.Stderr, "lucius-bench: -closed and -rate exclude each other")
+		os.Exit(2)
+	}
+	if err := run(*bin, *data, *n, *c, *rate, *real, *closed, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, data string, n, c int, rate float64, real bool, logPath string) error {
+func run(bin, data string, n, c int, rate float64, real, closed bool, logPath string) error {
 	ctx := context.Background()
 	if err := os.RemoveAll(data); err != nil {
 		return err
@@ -114,7 +119,7 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	// unless LUCIUS_SERVICEBUS_* name a namespace.
 	fmt.Printf("starting suite (durable PostgreSQL, 2 orchestrators, %s workers)…\n", map[bool]string{true: "real", false: "no-op"}[real])
 	s, err := stack.Start(ctx, stack.Config{BinDir: bin, DataDir: data, Durable: true, FreePorts: true, Env: env, Output: out,
-		Bus: os.Getenv("LUCIUS_BUS")})
+		Bus: os.Getenv("LUCIUS_BUS"), PGSettings: pgSettings})
 	if err != nil {
 		return err
 	}
@@ -148,6 +153,28 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 		defer db.Close()
 		return runFlood(ctx, *floodCfg, conn, db, "file://"+input, s.Files, payload)
 	}
+	poolCfg, err := pgxpool.ParseConfig(s.URL)
+	if err != nil {
+		return err
+	}
+	poolCfg.ConnConfig.RuntimeParams["application_name"] = benchApp
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var ended *completions
+	mode := fmt.Sprintf("open loop, %d clients", c)
+	switch {
+	case closed:
+		ended = newCompletions(pool)
+		go ended.run(ctx)
+		mode = fmt.Sprintf("closed loop, %d clients", c)
+	case rate > 0:
+		mode = fmt.Sprintf("open loop at %.0f jobs/s", rate)
+	}
+	fmt.Printf("submitting %d three-step jobs (%s)…\n", n, mode)
+	cost := startCosts(ctx, pool, s)
 	start := time.Now()
 
 	// With a rate, job i may not be submitted before start + i/rate.
@@ -186,6 +213,9 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 				submitLat = append(submitLat, d)
 				ids = append(ids, resp.GetJobId())
 				mu.Unlock()
+				if ended != nil {
+					<-ended.wait(resp.GetJobId())
+				}
 			}
 		}()
 	}
@@ -194,11 +224,6 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	fmt.Printf("submitted %d jobs in %s (%.0f submits/s, %d failed)\n", len(ids), submitted.Round(time.Millisecond),
 		float64(len(ids))/submitted.Seconds(), failed.Load())
 
-	pool, err := pgxpool.New(ctx, s.URL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	deadline := time.Now().Add(time.Duration(n)*100*time.Millisecond + 2*time.Minute)
 	for {
 		var done int
@@ -235,8 +260,9 @@ func run(bin, data string, n, c int, rate float64, real bool, logPath string) er
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	cost.report(ctx, len(lat))
 	span := time.Duration((last - first) * float64(time.Second))
-	fmt.Printf("\nRESULT jobs=%d statuses=%v\n", len(lat), statuses)
+	fmt.Printf("\nRESULT jobs=%d statuses=%v (%s)\n", len(lat), statuses, mode)
 	fmt.Printf("  throughput      %.1f jobs/s (first accept → last SUCCEEDED: %s)\n", float64(len(lat))/span.Seconds(), span.Round(time.Millisecond))
 	fmt.Printf("  submit→SUCCEEDED p50 %s  p95 %s  p99 %s  max %s\n", pct(lat, 50), pct(lat, 95), pct(lat, 99), pct(lat, 100))
 	fmt.Printf("  Submit RPC       p50 %s  p95 %s  p99 %s\n", pct(submitLat, 50), pct(submitLat, 95), pct(submitLat, 99))
@@ -253,9 +279,11 @@ func stages(ctx context.Context, pool *pgxpool.Pool, ids []string) error {
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'AWAITING_ACK' THEN 'step dispatched → directive published'
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'IN_PROGRESS' THEN 'directive published → ACK'
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'SUCCEEDED' THEN 'ACK → RESULT applied'
-			END AS stage,
-			created_at - lag(created_at) OVER (PARTITION BY job_id ORDER BY event_id) AS d
-		FROM job_events WHERE job_id = ANY($1)) s
+			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'DISPATCHING' AND prev_reason = 'RESULT_SUCCEEDED'
+			THEN 'RESULT applied → next step dispatched'
+			END AS stage, d
+		FROM (SELECT type, to_status, created_at - lag(created_at) OVER w AS d, lag(reason) OVER w AS prev_reason
+			FROM job_events WHERE job_id = ANY($1) WINDOW w AS (PARTITION BY job_id ORDER BY event_id)) e) s
 		WHERE stage IS NOT NULL AND d IS NOT NULL`, ids)
 	if err != nil {
 		return err
