@@ -56,7 +56,7 @@ func startCosts(ctx context.Context, db *pgxpool.Pool, s *stack.Stack) *costs {
 func (c *costs) counters(ctx context.Context) pgCounters {
 	var p pgCounters
 	c.db.QueryRow(ctx, `SELECT sum(xact_commit)::bigint FROM pg_stat_database`).Scan(&p.commits) //nolint:errcheck // 0 when unreadable
-	c.db.QueryRow(ctx, `SELECT wal_bytes::bigint FROM pg_stat_wal`).Scan(&p.walBytes)             //nolint:errcheck
+	c.db.QueryRow(ctx, `SELECT wal_bytes::bigint FROM pg_stat_wal`).Scan(&p.walBytes)            //nolint:errcheck
 	if c.statementsOK {
 		c.db.QueryRow(ctx, `SELECT sum(calls)::bigint FROM pg_stat_statements`).Scan(&p.statements) //nolint:errcheck
 	}
