@@ -1,12 +1,13 @@
 package auth
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	_ "github.com/lucius-platform/lucius/contract/lucius/v1" // registers the contract's files
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1" // also registers the contract's files
 )
 
 // TestEveryRPCHasARoleEntry fails when the contract gains an RPC that the
@@ -33,20 +34,25 @@ func TestEveryRPCHasARoleEntry(t *testing.T) {
 	}
 }
 
+// TestRoleTableKeepsAdminAndCallbacksApart: a worker identity reaches only
+// what a worker does (its callbacks and announcing its handlers), and those
+// are workers' alone.
 func TestRoleTableKeepsAdminAndCallbacksApart(t *testing.T) {
 	t.Parallel()
 	for method, roles := range MethodRoles {
 		for _, r := range roles {
 			switch {
-			case r == RoleWorker && len(roles) != 3 && !isCallback(method):
-				t.Errorf("%s allows workers but is no callback", method)
-			case r == RolePartner && isCallback(method):
-				t.Errorf("%s is a callback but allows partners", method)
+			case r == RoleWorker && len(roles) != 3 && !isWorkerMethod(method):
+				t.Errorf("%s allows workers but is no worker's method", method)
+			case r != RoleWorker && isWorkerMethod(method):
+				t.Errorf("%s is a worker's method but allows %s", method, r)
 			}
 		}
 	}
 }
 
-func isCallback(method string) bool {
-	return len(method) > len("/lucius.v1.CallbackService/") && method[:len("/lucius.v1.CallbackService/")] == "/lucius.v1.CallbackService/"
+// isWorkerMethod: the callbacks, and WorkerService.RegisterWorker.
+func isWorkerMethod(method string) bool {
+	return strings.HasPrefix(method, "/lucius.v1.CallbackService/") ||
+		method == luciusv1.WorkerService_RegisterWorker_FullMethodName
 }
