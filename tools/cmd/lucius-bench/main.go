@@ -278,11 +278,11 @@ func stages(ctx context.Context, pool *pgxpool.Pool, ids []string) error {
 			WHEN type = 'JOB_CREATED' THEN 'queued → job created (orchestrator claim)'
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'AWAITING_ACK' THEN 'step dispatched → directive published'
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'IN_PROGRESS' THEN 'directive published → ACK'
-			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'SUCCEEDED' THEN 'ACK → RESULT applied'
+			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'SUCCEEDED' AND reason = 'RESULT_SUCCEEDED' THEN 'ACK → RESULT applied'
 			WHEN type = 'STEP_STATUS_CHANGED' AND to_status = 'DISPATCHING' AND prev_reason = 'RESULT_SUCCEEDED'
 			THEN 'RESULT applied → next step dispatched'
 			END AS stage, d
-		FROM (SELECT type, to_status, created_at - lag(created_at) OVER w AS d, lag(reason) OVER w AS prev_reason
+		FROM (SELECT type, to_status, reason, created_at - lag(created_at) OVER w AS d, lag(reason) OVER w AS prev_reason
 			FROM job_events WHERE job_id = ANY($1) WINDOW w AS (PARTITION BY job_id ORDER BY event_id)) e) s
 		WHERE stage IS NOT NULL AND d IS NOT NULL`, ids)
 	if err != nil {
