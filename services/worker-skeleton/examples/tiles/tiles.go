@@ -195,13 +195,9 @@ func ProcessTile(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 		return worker.Outcome{}, fmt.Errorf("%s: job input: %w", HandlerProcess, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: stat %s: %w", HandlerProcess, ref, err)
-	}
-	if tile.Offset+tile.Length > st.Size() {
+	if tile.Offset+tile.Length > f.Size() {
 		return worker.Outcome{}, worker.Permanentf("%s: tile %d range [%d, %d) lies outside the job input's %d bytes (did it change since planning?)",
-			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, st.Size())
+			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, f.Size())
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, contextReader{ctx: ctx, r: io.NewSectionReader(f, tile.Offset, tile.Length)})
@@ -286,11 +282,7 @@ func inputSize(ctx context.Context, t *worker.Task, handler string) (int64, erro
 		return 0, fmt.Errorf("%s: job input: %w", handler, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("%s: stat %s: %w", handler, ref, err)
-	}
-	return st.Size(), nil
+	return f.Size(), nil
 }
 
 // tileParam decodes a tile payload, {index, offset, length}, as rendered
