@@ -159,7 +159,7 @@ func parseEndpoint(s string) (*url.URL, error) {
 func ParseAccountMap(list string) (map[string]string, error) {
 	out := map[string]string{}
 	var errs []error
-	for _, item := range strings.Split(list, ",") {
+	for i, item := range strings.Split(list, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
@@ -167,7 +167,8 @@ func ParseAccountMap(list string) (map[string]string, error) {
 		account, value, ok := strings.Cut(item, "=")
 		account, value = strings.TrimSpace(account), strings.TrimSpace(value)
 		if !ok || account == "" || value == "" {
-			errs = append(errs, fmt.Errorf("%q: want account=value", Clip(strings.SplitN(item, "=", 2)[0]+"=…")))
+			// The item may be a key: never quote it.
+			errs = append(errs, fmt.Errorf("item %d: want account=value", i+1))
 			continue
 		}
 		if _, dup := out[account]; dup {
