@@ -11,15 +11,19 @@
 package azuritetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,32 +101,57 @@ func (s *Server) CreateContainer(t testing.TB, name string) {
 	}
 }
 
-// Create creates a container outside a test.
+// Create creates a container outside a test; one that exists is fine.
 func (s *Server) Create(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := s.do(ctx, http.MethodPut, name+"?restype=container", nil, http.StatusCreated, http.StatusConflict)
+	return err
+}
+
+// Put writes a block blob, e.g. a job's input.
+func (s *Server) Put(ctx context.Context, container, name string, data []byte) error {
+	_, err := s.do(ctx, http.MethodPut, container+"/"+name, data, http.StatusCreated)
+	return err
+}
+
+// Get reads a blob, e.g. a job's output.
+func (s *Server) Get(ctx context.Context, container, name string) ([]byte, error) {
+	return s.do(ctx, http.MethodGet, container+"/"+name, nil, http.StatusOK)
+}
+
+// do sends one request signed with the account key and returns the body of
+// an answer with one of the statuses wanted.
+func (s *Server) do(ctx context.Context, method, path string, body []byte, want ...int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.Endpoint+"/"+name+"?restype=container", nil)
+	req, err := http.NewRequestWithContext(ctx, method, s.Endpoint+"/"+path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := signSharedKey(req, s.Account, s.Key); err != nil {
-		return err
+	if method == http.MethodPut && !strings.Contains(path, "restype=") {
+		req.Header.Set("x-ms-blob-type", "BlockBlob")
+	}
+	if err := signSharedKey(req, s.Account, s.Key, len(body)); err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", name, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusConflict {
-		return fmt.Errorf("create container %s: HTTP %d: %s", name, resp.StatusCode, strings.TrimSpace(s.Output()))
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	return nil
+	if !slices.Contains(want, resp.StatusCode) {
+		return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(out))
+	}
+	return out, nil
 }
 
-// signSharedKey signs a request without body or content headers the way
-// Azure Storage's Shared Key scheme asks (the only request this package
-// sends itself; code under test uses azblob).
-func signSharedKey(req *http.Request, account, key string) error {
+// signSharedKey signs a request whose only standard content header is
+// Content-Length the way Azure Storage's Shared Key scheme asks (the
+// requests this package sends itself; code under test uses azblob).
+func signSharedKey(req *http.Request, account, key string, contentLength int) error {
 	secret, err := base64.StdEncoding.DecodeString(key)
 	if err != nil {
 		return err
@@ -146,8 +175,13 @@ func signSharedKey(req *http.Request, account, key string) error {
 	for _, name := range names {
 		resource += "\n" + strings.ToLower(name) + ":" + strings.Join(query[name], ",")
 	}
-	// VERB, then eleven standard headers (all empty here), then the rest.
-	toSign := req.Method + strings.Repeat("\n", 12) + strings.Join(headers, "") + resource
+	// VERB, Content-Encoding, Content-Language, Content-Length (empty when
+	// 0), then eight more standard headers (empty here), then the rest.
+	length := ""
+	if contentLength > 0 {
+		length = strconv.Itoa(contentLength)
+	}
+	toSign := req.Method + "\n\n\n" + length + strings.Repeat("\n", 9) + strings.Join(headers, "") + resource
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte(toSign))
 	req.Header.Set("Authorization", "SharedKey "+account+":"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
