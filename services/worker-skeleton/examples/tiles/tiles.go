@@ -36,8 +36,9 @@ const (
 )
 
 // MaxTiles is the largest tile count tiles_plan accepts (the workflow's limit).
-// Plans of many thousand tiles exceed the orchestrator's 256 KiB output limit
-// and are rejected there; 1000 tiles fit comfortably.
+// Plans of many thousand tiles exceed the 256 KiB inline output limit: the
+// runner spills them, and the fan-out then finds no tiles in the output (only
+// the claim check); 1000 tiles fit comfortably.
 const MaxTiles = 10000
 
 // Artifacts the handlers write.
