@@ -28,6 +28,16 @@ func (e *env) useAzurite() blob.Store {
 	return store
 }
 
+// resultsByJob is the RESULTs the fake orchestrator received, by job.
+func (e *env) resultsByJob() map[string]*luciusv1.ResultRequest {
+	_, results := e.orch.calls()
+	byJob := map[string]*luciusv1.ResultRequest{}
+	for _, r := range results {
+		byJob[r.GetJobId()] = r
+	}
+	return byJob
+}
+
 // A final step whose input and output are az:// refs reads the blob, and
 // writes output_ref as a blob with the artifact's SHA-256 and size in the
 // RESULT; a missing input blob fails the step for good.
@@ -49,11 +59,7 @@ func TestRunnerReadsAndWritesAzureBlobRefs(t *testing.T) {
 	e.waitFor("RESULTs", func() bool { _, res := e.orch.calls(); return len(res) == 2 })
 	e.stop()
 
-	_, results := e.orch.calls()
-	byJob := map[string]*luciusv1.ResultRequest{}
-	for _, r := range results {
-		byJob[r.GetJobId()] = r
-	}
+	byJob := e.resultsByJob()
 	res := byJob[d.GetJobId()]
 	arts := res.GetArtifacts()
 	if res.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || len(arts) != 2 || arts[1].GetName() != "output" {
@@ -103,11 +109,7 @@ func TestRunnerSpillsOutputOverTheInlineLimit(t *testing.T) {
 	e.waitFor("RESULTs", func() bool { _, res := e.orch.calls(); return len(res) == 2 })
 	e.stop()
 
-	_, results := e.orch.calls()
-	byJob := map[string]*luciusv1.ResultRequest{}
-	for _, r := range results {
-		byJob[r.GetJobId()] = r
-	}
+	byJob := e.resultsByJob()
 	if res := byJob[small.GetJobId()]; len(res.GetArtifacts()) != 1 || res.GetOutput().AsMap()["rows"] != "few" {
 		t.Errorf("small output: %v, artifacts %v", res.GetOutput().AsMap(), res.GetArtifacts())
 	}

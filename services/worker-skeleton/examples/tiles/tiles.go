@@ -26,6 +26,7 @@ import (
 	"strconv"
 
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Handler names, as in core/workflow/builtin/handlers.yaml.
@@ -201,7 +202,7 @@ func ProcessTile(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, f.Size())
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, contextReader{ctx: ctx, r: io.NewSectionReader(f, tile.Offset, tile.Length)})
+	n, err := io.Copy(h, blob.ContextReader(ctx, io.NewSectionReader(f, tile.Offset, tile.Length)))
 	if err != nil {
 		return worker.Outcome{}, fmt.Errorf("%s: read tile %d of %s: %w", HandlerProcess, index, ref, err)
 	}
@@ -366,18 +367,4 @@ func describe(v any) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
-}
-
-// contextReader fails a read once ctx has ended, so hashing a large tile
-// honours cancellation.
-type contextReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c contextReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

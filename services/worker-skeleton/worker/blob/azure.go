@@ -334,7 +334,18 @@ func (a *Azure) Open(ctx context.Context, ref string) (Object, error) {
 	if resp.ContentLength != nil {
 		size = *resp.ContentLength
 	}
-	return &azureObject{ctx: ctx, ref: r, bc: bc, body: resp.NewRetryReader(ctx, &azblobblob.RetryReaderOptions{MaxRetries: 3}), size: size}, nil
+	return &remoteObject{ref: r.String(), size: size, body: resp.NewRetryReader(ctx, &azblobblob.RetryReaderOptions{MaxRetries: 3}),
+		// io.ReaderAt takes no context: ranges are fetched under Open's,
+		// and an object lives no longer than the call that opened it.
+		fetch: func(off, n int64) (io.ReadCloser, error) {
+			resp, err := bc.DownloadStream(ctx, &azblobblob.DownloadStreamOptions{Range: azblobblob.HTTPRange{Offset: off, Count: n}})
+			if err != nil {
+				return nil, azureError("read", r, err)
+			}
+			return resp.NewRetryReader(ctx, &azblobblob.RetryReaderOptions{MaxRetries: 3}), nil
+		},
+		classify: func(err error) error { return azureError("read", r, err) },
+	}, nil
 }
 
 // Write uploads r to ref in blocks of BlockSize, Concurrency at a time,
@@ -419,61 +430,6 @@ func azureError(op string, r AzureRef, err error) error {
 		return Transient(CodeStorageUnavailable, err) // the identity endpoint failed; a later attempt may get a token
 	}
 	return Transient(CodeStorageUnavailable, err)
-}
-
-// azureObject streams a download and serves ReadAt with ranged downloads.
-type azureObject struct {
-	// ctx is Open's: io.ReaderAt takes none, and an object lives no longer
-	// than the call that opened it.
-	ctx  context.Context
-	ref  AzureRef
-	bc   *blockblob.Client
-	mu   sync.Mutex
-	body io.ReadCloser
-	size int64
-}
-
-func (o *azureObject) Size() int64 { return o.size }
-
-func (o *azureObject) Read(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n, err := o.body.Read(p)
-	if err != nil && err != io.EOF {
-		err = readError(o.ref.String(), azureError("read", o.ref, err))
-	}
-	return n, err
-}
-
-func (o *azureObject) Close() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.body.Close()
-}
-
-func (o *azureObject) ReadAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("read %s: negative offset %d", o.ref, off)
-	}
-	if o.size >= 0 && off >= o.size {
-		return 0, io.EOF
-	}
-	resp, err := o.bc.DownloadStream(o.ctx, &azblobblob.DownloadStreamOptions{Range: azblobblob.HTTPRange{Offset: off, Count: int64(len(p))}})
-	if err != nil {
-		return 0, azureError("read", o.ref, err)
-	}
-	body := resp.NewRetryReader(o.ctx, &azblobblob.RetryReaderOptions{MaxRetries: 3})
-	defer body.Close()
-	n, err := io.ReadFull(body, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF // the range ran past the end
-	} else if err != nil {
-		err = readError(o.ref.String(), azureError("read", o.ref, err))
-	}
-	return n, err
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -271,8 +271,10 @@ func escapeSegment(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(s, "%", "%25"), "?", "%3F"), "#", "%23")
 }
 
-// contextReader fails a read once ctx has ended, so a long copy honours
-// cancellation between reads.
+// ContextReader returns r failing its reads once ctx has ended, so a long
+// copy honours cancellation between reads.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return contextReader{ctx: ctx, r: r} }
+
 type contextReader struct {
 	ctx context.Context
 	r   io.Reader

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 
 	"github.com/lucius-platform/lucius/core/egress"
 )
@@ -45,7 +44,12 @@ func (h *HTTPS) Open(ctx context.Context, ref string) (Object, error) {
 		resp.Body.Close()
 		return nil, statusError(ref, resp.StatusCode)
 	}
-	return &httpObject{ctx: ctx, h: h, u: u, ref: ref, body: resp.Body, size: resp.ContentLength}, nil
+	return &remoteObject{ref: ref, size: resp.ContentLength, body: resp.Body,
+		// io.ReaderAt takes no context: ranges are fetched under Open's,
+		// and an object lives no longer than the call that opened it.
+		fetch:    func(off, n int64) (io.ReadCloser, error) { return h.fetchRange(ctx, u, ref, off, n) },
+		classify: func(err error) error { return err },
+	}, nil
 }
 
 // Write refuses: https refs are read-only.
@@ -112,64 +116,19 @@ func statusError(ref string, status int) error {
 	return Permanent(CodeInvalidInput, err)
 }
 
-// httpObject reads the body of one GET in sequence and serves ReadAt with
-// range requests (a server that ignores Range is a permanent error there).
-type httpObject struct {
-	// ctx is Open's: io.ReaderAt takes none, and an object lives no longer
-	// than the call that opened it.
-	ctx  context.Context
-	h    *HTTPS
-	u    *url.URL
-	ref  string
-	mu   sync.Mutex
-	body io.ReadCloser
-	size int64
-}
-
-func (o *httpObject) Size() int64 { return o.size }
-
-func (o *httpObject) Read(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n, err := o.body.Read(p)
-	if err != nil && err != io.EOF {
-		err = readError(o.ref, err)
-	}
-	return n, err
-}
-
-func (o *httpObject) Close() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.body.Close()
-}
-
-func (o *httpObject) ReadAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("read %s: negative offset %d", Clip(o.ref), off)
-	}
-	if o.size >= 0 && off >= o.size {
-		return 0, io.EOF
-	}
-	resp, err := o.h.get(o.ctx, o.u, "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+int64(len(p))-1, 10))
+// fetchRange GETs bytes [off, off+n) of u; a server that ignores Range is
+// a permanent error.
+func (h *HTTPS) fetchRange(ctx context.Context, u *url.URL, ref string, off, n int64) (io.ReadCloser, error) {
+	resp, err := h.get(ctx, u, "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
+		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
-			return 0, Permanent(CodeInvalidInput, fmt.Errorf("read %s at %d: the server ignores range requests", Clip(o.ref), off))
+			return nil, Permanent(CodeInvalidInput, fmt.Errorf("read %s at %d: the server ignores range requests", Clip(ref), off))
 		}
-		return 0, statusError(o.ref, resp.StatusCode)
+		return nil, statusError(ref, resp.StatusCode)
 	}
-	n, err := io.ReadFull(resp.Body, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		err = io.EOF // the range ran past the end
-	} else if err != nil {
-		err = readError(o.ref, err)
-	}
-	return n, err
+	return resp.Body, nil
 }
