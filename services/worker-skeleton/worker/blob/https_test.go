@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/lucius-platform/lucius/core/egress"
 )
 
@@ -131,5 +135,38 @@ func TestMuxRoutesBySchemeAndRefusesOthers(t *testing.T) {
 	cancel()
 	if _, err := m.Open(cancelled, base+"/data/in.txt"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open with a cancelled context = %v", err)
+	}
+}
+
+// Every Open and Write through the Mux is a span carrying the scheme, the
+// size, and on failure the error code.
+func TestMuxTracesReadsAndWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	dir := t.TempDir()
+	m := NewMux(NewFiles(dir, nil), nil, nil, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	if _, err := m.Write(ctx, FileURI(dir+"/a.txt"), strings.NewReader("12345"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Open(ctx, FileURI(dir+"/missing.txt")); err == nil {
+		t.Fatal("opened a missing file")
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	attrs := func(s sdktrace.ReadOnlySpan) map[string]string {
+		out := map[string]string{}
+		for _, kv := range s.Attributes() {
+			out[string(kv.Key)] = kv.Value.Emit()
+		}
+		return out
+	}
+	if w := attrs(spans[0]); spans[0].Name() != "blob.write" || w["lucius.blob.scheme"] != "file" || w["lucius.blob.size_bytes"] != "5" {
+		t.Errorf("write span %s %v", spans[0].Name(), w)
+	}
+	if o := attrs(spans[1]); spans[1].Name() != "blob.open" || o["lucius.blob.error_code"] != CodeInputNotFound || spans[1].Status().Code != codes.Error {
+		t.Errorf("open span %s %v %v", spans[1].Name(), o, spans[1].Status())
 	}
 }
