@@ -66,7 +66,20 @@ func Start(t testing.TB) *Server {
 }
 
 // StartServer starts Azurite outside a test (e.g. for a stack); Stop it.
+// The port is free when picked but not held until Azurite binds it, so a
+// start that loses it to another process is tried again on another port.
 func StartServer(ctx context.Context) (*Server, error) {
+	var err error
+	for range 3 {
+		var s *Server
+		if s, err = start(ctx); err == nil || !strings.Contains(err.Error(), "EADDRINUSE") {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+func start(ctx context.Context) (*Server, error) {
 	port, err := freeport.Port()
 	if err != nil {
 		return nil, err

@@ -85,6 +85,8 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	p := &Process{cmd: cmd, stdin: stdin, done: make(chan struct{}), out: out}
 	ready := make(chan struct{})
 	go func() {
+		// Read stdout to its end before Wait, which closes the pipe: the
+		// last lines (why the server exited) are then in Output.
 		sc := bufio.NewScanner(stdout)
 		once := sync.Once{}
 		for sc.Scan() {
@@ -93,8 +95,10 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 			}
 			out.Write(append(sc.Bytes(), '\n')) //nolint:errcheck
 		}
+		io.Copy(io.Discard, stdout) //nolint:errcheck // a line too long for the scanner
+		cmd.Wait()                  //nolint:errcheck
+		close(p.done)
 	}()
-	go func() { cmd.Wait(); close(p.done) }() //nolint:errcheck
 	timeout := spec.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second

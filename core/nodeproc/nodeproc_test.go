@@ -43,3 +43,12 @@ func TestStartReportsAServerThatExitsBeforeListening(t *testing.T) {
 		t.Fatalf("Start = %v", err)
 	}
 }
+
+// Output keeps what a server printed on stdout just before exiting.
+func TestStartReportsTheLastLinesOfAServerThatExits(t *testing.T) {
+	t.Parallel()
+	spec := script(t, `console.log("Exit due to unhandled error: listen EADDRINUSE"); process.exit(1);`)
+	if _, err := nodeproc.Start(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "EADDRINUSE") {
+		t.Fatalf("Start = %v", err)
+	}
+}
