@@ -27,17 +27,20 @@ TEST_TIMEOUT ?= 30m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-# The Service Bus test broker (tools/sbbroker, Node + rhea) runs from
-# .build/sbbroker; core/sbtest does the same `npm ci` itself when it is missing.
-SBBROKER_STAMP := .build/sbbroker/installed-lock.json
-.PHONY: sbbroker
-sbbroker: $(SBBROKER_STAMP) ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
+# The Node.js test servers run from .build/<tool>, installed with `npm ci`
+# from tools/<tool>'s committed lock file: the Service Bus test broker
+# (tools/sbbroker, Node + rhea) and Azurite, the Azure Storage emulator
+# (tools/azurite). core/nodeproc does the same `npm ci` itself when one is
+# missing (core/sbtest, core/azuritetest).
+.PHONY: sbbroker azurite
+sbbroker: .build/sbbroker/installed-lock.json ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
+azurite: .build/azurite/installed-lock.json ## install Azurite (pinned npm package) into .build/azurite
 
-$(SBBROKER_STAMP): tools/sbbroker/package.json tools/sbbroker/package-lock.json
-	@rm -rf .build/sbbroker && mkdir -p .build/sbbroker
-	@cp tools/sbbroker/package.json tools/sbbroker/package-lock.json .build/sbbroker/
-	cd .build/sbbroker && npm ci --no-audit --no-fund --loglevel=error
-	@cp tools/sbbroker/package-lock.json $@
+.build/%/installed-lock.json: tools/%/package.json tools/%/package-lock.json
+	@rm -rf .build/$* && mkdir -p .build/$*
+	@cp tools/$*/package.json tools/$*/package-lock.json .build/$*/
+	cd .build/$* && npm ci --no-audit --no-fund --loglevel=error
+	@cp tools/$*/package-lock.json $@
 
 .PHONY: tools
 tools: $(TOOLS_STAMP) ## install pinned buf, protoc plugins and grpcurl into .build/bin
@@ -123,7 +126,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated breaking lint build sbbroker ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated breaking lint build sbbroker azurite ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

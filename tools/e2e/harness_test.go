@@ -138,6 +138,8 @@ type suite struct {
 type suiteOptions struct {
 	env        map[string]string
 	processEnv map[string]map[string]string
+	// azurite starts the Azure Storage emulator for az:// refs (Stack.Azurite).
+	azurite bool
 }
 
 func startSuite(t *testing.T, opts suiteOptions) *suite {
@@ -165,7 +167,8 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	}
 	logs := &stack.LogBuffer{}
 	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
-		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs, Bus: e2eBus})
+		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs, Bus: e2eBus,
+		Azurite: opts.azurite})
 	if err != nil {
 		t.Logf("suite logs:\n%s", logs.Tail(200))
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lucius-platform/lucius/core/azuritetest"
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/env"
@@ -70,6 +71,12 @@ type Config struct {
 	// LUCIUS_SERVICEBUS_NAMESPACE in Env or the environment, the stack starts
 	// the Service Bus test broker (tools/sbbroker) and points every process at it.
 	Bus string
+	// Azurite starts the Azure Storage emulator (tools/azurite) and gives
+	// every worker its endpoint and key (LUCIUS_BLOB_ENDPOINTS,
+	// LUCIUS_BLOB_CREDENTIAL=shared-key, LUCIUS_BLOB_ACCOUNT_KEYS), so jobs
+	// can name az://devstoreaccount1/<container>/<path> refs. The stack
+	// creates no container: Stack.Azurite does.
+	Azurite bool
 }
 
 // Endpoints are where the suite listens.
@@ -103,6 +110,8 @@ type Stack struct {
 	trust    *trust
 	// broker is the Service Bus test broker the stack started (nil: none).
 	broker *sbtest.Broker
+	// Azurite is the storage emulator the stack started (Config.Azurite).
+	Azurite *azuritetest.Server
 	// stopRefresh ends the worker token refresh.
 	stopRefresh context.CancelFunc
 }
@@ -167,6 +176,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := s.startBroker(ctx); err != nil {
 		s.Stop(context.Background())
 		return nil, err
+	}
+	if cfg.Azurite {
+		if s.Azurite, err = azuritetest.StartServer(ctx); err != nil {
+			s.Stop(context.Background())
+			return nil, fmt.Errorf("stack: %w", err)
+		}
 	}
 	if err := s.plan(); err != nil {
 		s.Stop(context.Background())
@@ -258,8 +273,14 @@ func (s *Stack) plan() error {
 		if err != nil {
 			return err
 		}
-		add(name, "worker", addr, map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr,
-			"LUCIUS_AUTH_TOKEN_FILE": token, "LUCIUS_GATEWAY_TARGET": gwGRPC})
+		workerEnv := map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr, "LUCIUS_AUTH_TOKEN_FILE": token,
+			"LUCIUS_GATEWAY_TARGET": gwGRPC}
+		if s.Azurite != nil {
+			workerEnv["LUCIUS_BLOB_ENDPOINTS"] = s.Azurite.Account + "=" + s.Azurite.Endpoint
+			workerEnv["LUCIUS_BLOB_CREDENTIAL"] = "shared-key"
+			workerEnv["LUCIUS_BLOB_ACCOUNT_KEYS"] = s.Azurite.Account + "=" + s.Azurite.Key
+		}
+		add(name, "worker", addr, workerEnv)
 	}
 	for _, name := range s.order {
 		if _, err := os.Stat(s.procs[name].binary); err != nil {
@@ -353,6 +374,9 @@ func (s *Stack) Stop(ctx context.Context) {
 	}
 	if s.broker != nil {
 		s.broker.Stop()
+	}
+	if s.Azurite != nil {
+		s.Azurite.Stop()
 	}
 	if s.cluster != nil {
 		_ = s.cluster.Stop(ctx)

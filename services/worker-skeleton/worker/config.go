@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Config configures a Runner. Zero values take the defaults noted.
@@ -83,6 +85,20 @@ type Config struct {
 	// fail the attempt with CodeRefOutsideFileRoots. Default: none, so only
 	// the job's workspace is readable and writable.
 	FileRoots []string
+	// Egress decides which addresses https:// refs and Azure Storage
+	// endpoints may reach (LUCIUS_EGRESS_ALLOW opens internal ranges). The
+	// zero policy refuses loopback, private, link-local and metadata
+	// addresses.
+	Egress egress.Policy
+	// Azure configures az://account/container/path refs (endpoints,
+	// credential, block size; see blob.AzureConfig). The zero value uses
+	// DefaultAzureCredential against https://<account>.blob.core.windows.net.
+	Azure blob.AzureConfig
+	// InlineOutputLimit is the largest output (protojson bytes) a RESULT
+	// carries inline; a larger one is written to the step's directory and
+	// the RESULT carries its ref instead (see SpilledOutputKey). Keep it at
+	// or under the orchestrator's limit. Default DefaultInlineOutputLimit.
+	InlineOutputLimit int
 	// Logger receives the runner's logs; it should already name the service
 	// (telemetry.Setup adds service and instance). Default slog.Default().
 	Logger *slog.Logger
@@ -155,6 +171,12 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New(`file root "/" would allow every file`))
 		}
 	}
+	if err := c.Azure.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.InlineOutputLimit < 0 {
+		errs = append(errs, fmt.Errorf("inline output limit %d is negative", c.InlineOutputLimit))
+	}
 	if c.MaxInputBytes < 0 {
 		errs = append(errs, fmt.Errorf("max input bytes %d is negative", c.MaxInputBytes))
 	}
@@ -225,6 +247,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInputBytes == 0 {
 		c.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if c.InlineOutputLimit == 0 {
+		c.InlineOutputLimit = DefaultInlineOutputLimit
 	}
 	c.Backoff = c.Backoff.withDefaults()
 	if c.Logger == nil {

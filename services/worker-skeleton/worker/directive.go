@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Key identifies one attempt of one step: the idempotency key of the
@@ -84,7 +85,7 @@ func ValidateDirective(d *luciusv1.Directive) error {
 	}
 	if d.GetWorkspaceRef() == "" {
 		errs = append(errs, errors.New("workspace_ref is empty"))
-	} else if _, err := localPath(d.GetWorkspaceRef()); err != nil {
+	} else if _, err := blob.LocalPath(d.GetWorkspaceRef()); err != nil {
 		errs = append(errs, fmt.Errorf("workspace_ref: %w", err))
 	}
 	// A job without a document (a runbook step) has neither input_ref nor
@@ -119,10 +120,4 @@ func checkStepType(t string) error {
 }
 
 // clip shortens a value quoted in an error message.
-func clip(s string) string {
-	const n = 80
-	if len(s) <= n {
-		return s
-	}
-	return truncateUTF8(s, n) + "…"
-}
+func clip(s string) string { return blob.Clip(s) }

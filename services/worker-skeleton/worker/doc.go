@@ -19,7 +19,10 @@
 //     (Task.SetProgress); a heartbeat saying the lease is lost cancels the
 //     execution (cause ErrLeaseLost), and the attempt ends without RESULT,
 //     with nothing recorded as done and the message completed;
-//  5. on the protocol's final step, copies the first artifact to output_ref;
+//  5. on the protocol's final step, copies the first artifact to output_ref
+//     (a file, or an az:// blob: package blob serves every ref by scheme);
+//     an output over Config.InlineOutputLimit is spilled to the step's
+//     directory and the RESULT carries its ref (SpilledOutputKey);
 //  6. on success, records the step's effect (Store.RecordEffect): one record
 //     per (job_id, step_id), so a step has exactly one committed effect
 //     however many of its attempts succeed;

@@ -7,21 +7,26 @@ import (
 	"unicode/utf8"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Reason codes prefix the reason of a failed RESULT ("CODE: message"), so an
 // operator or a dashboard can group failures without parsing free text.
+// Reading and writing refs through a Task fails with these and package
+// blob's codes (blob.CodeInvalidRef, blob.CodeRefHostNotAllowed,
+// blob.CodeContainerNotFound, blob.CodeStorageUnavailable, ...), as an
+// *Error classified by package blob.
 const (
 	// CodeInvalidInput: the input or the payload cannot be processed as given.
-	CodeInvalidInput = "INVALID_INPUT"
+	CodeInvalidInput = blob.CodeInvalidInput
 	// CodeInputNotFound: input_ref names nothing.
-	CodeInputNotFound = "INPUT_NOT_FOUND"
+	CodeInputNotFound = blob.CodeInputNotFound
 	// CodeUnsupportedRef: a reference uses a scheme this worker cannot read or write.
-	CodeUnsupportedRef = "UNSUPPORTED_REF"
+	CodeUnsupportedRef = blob.CodeUnsupportedRef
 	// CodeRefOutsideFileRoots: a reference names a file outside the file
 	// roots (Config.FileRoots) and the job's workspace, directly, through
 	// "..", or through a symbolic link.
-	CodeRefOutsideFileRoots = "REF_OUTSIDE_FILE_ROOTS"
+	CodeRefOutsideFileRoots = blob.CodeRefOutsideFileRoots
 	// CodeUnknownHandler: the directive's step_type names a handler the
 	// service's Handlers do not serve.
 	CodeUnknownHandler = "UNKNOWN_HANDLER"
@@ -60,6 +65,20 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// refError gives a failure of package blob the task API's error type,
+// keeping its code and retryability (and the blob error in the chain).
+func refError(err error) error {
+	var be *blob.Error
+	if !errors.As(err, &be) {
+		return err
+	}
+	class := luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE
+	if be.Retryable {
+		class = luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE
+	}
+	return &Error{Class: class, Code: be.Code, Err: err}
+}
 
 // Permanent marks err as NON_RETRYABLE: another attempt would fail the same way
 // (bad input, unsupported format, missing required payload). The step fails

@@ -17,62 +17,6 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
-func TestLocalPath(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		ref, want string
-		wantErr   bool
-	}{
-		{"file:///ws/a/b.txt", "/ws/a/b.txt", false},
-		{"file://localhost/ws/a/", "/ws/a", false},
-		{"file:///ws/acme%20corp/x", "/ws/acme corp/x", false},
-		{"file:///ws/a%2Fb/x", "/ws/a%2Fb/x", false}, // an escaped slash stays inside its segment
-		{"/plain/acme%20corp/x", "/plain/acme%20corp/x", false},
-		{"file:///ws/./a//b", "/ws/a/b", false},
-		{"file:///ws/../etc/passwd", "", true},
-		{"file:///ws/%2E%2E/x", "", true},
-		{"/ws/../x", "", true},
-		{"file://server/share/x", "", true},
-		{"file:relative", "", true},
-		{"https://example.com/x", "", true},
-		{"az://container/blob", "", true},
-		{"relative/x", "", true},
-		{"file:///ws/%zz", "", true},
-		{"/ws/nul\x00", "", true},
-	} {
-		got, err := localPath(tc.ref)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("localPath(%q) = %q, %v; want %q (error %v)", tc.ref, got, err, tc.want, tc.wantErr)
-		}
-		if err != nil && !IsPermanent(err) {
-			t.Errorf("localPath(%q) error is not permanent: %v", tc.ref, err)
-		}
-	}
-}
-
-func TestFileURIRoundTrips(t *testing.T) {
-	t.Parallel()
-	for _, p := range []string{"/ws/a b/c.txt", "/ws/a%2Fb/#x?.txt", "/ws/ünï/ç"} {
-		got, err := localPath(fileURI(p))
-		if err != nil || got != p {
-			t.Errorf("localPath(fileURI(%q)) = %q, %v", p, got, err)
-		}
-	}
-}
-
-func TestOutputPath(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ ref, want string }{
-		{"file:///out/result.txt", "/out/result.txt"},
-		{"file:///out/job-1/", "/out/job-1/output.txt"},
-		{"/out/dir/", "/out/dir/output.txt"},
-	} {
-		if got, err := outputPath(tc.ref, "output.txt"); err != nil || got != tc.want {
-			t.Errorf("outputPath(%q) = %q, %v; want %q", tc.ref, got, err, tc.want)
-		}
-	}
-}
-
 func TestBackoffDelayGrowsAndIsCapped(t *testing.T) {
 	t.Parallel()
 	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2}

@@ -24,6 +24,7 @@ import (
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/telemetry"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Dead-letter reasons the runner uses.
@@ -53,6 +54,8 @@ type Runner struct {
 	prop      propagation.TextMapPropagator
 	validator protovalidate.Validator
 	callbacks *callbackClients
+	// https and azure serve https:// and az:// refs for every task.
+	https, azure blob.Store
 
 	handled  metric.Int64Counter
 	duration metric.Float64Histogram
@@ -96,8 +99,13 @@ func NewRunner(b bus.Bus, store Store, exec Executor, cfg Config) (*Runner, erro
 	if err != nil {
 		return nil, fmt.Errorf("new runner: metric: %w", err)
 	}
+	azure, err := blob.NewAzure(cfg.Azure, cfg.Egress)
+	if err != nil {
+		return nil, fmt.Errorf("new runner: %w", err)
+	}
 	return &Runner{
 		bus: b, store: store, exec: exec, cfg: cfg,
+		https: blob.NewHTTPS(cfg.Egress), azure: azure,
 		log:       cfg.Logger,
 		tracer:    cfg.TracerProvider.Tracer("lucius/worker"),
 		prop:      cfg.Propagator,
@@ -335,7 +343,8 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		taskErr error
 	)
 	if !r.cfg.NoOp {
-		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots})
+		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots,
+			HTTPS: r.https, Azure: r.azure, TracerProvider: r.cfg.TracerProvider})
 	}
 	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
 	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
@@ -556,7 +565,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 		if err == nil && d.GetFinalStep() && !out.Polling && d.GetOutputRef() != "" {
 			if len(out.Artifacts) == 0 {
 				log.WarnContext(ctx, "final step produced no artifact; output_ref not written")
-			} else if final, ferr := task.files.writeFinalOutput(d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
+			} else if final, ferr := task.writeFinalOutput(ctx, d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
 				err = fmt.Errorf("write output_ref: %w", ferr)
 			} else {
 				out.Artifacts = append(append([]*luciusv1.ArtifactRef(nil), out.Artifacts...), final)
@@ -574,6 +583,12 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			s, serr := structpb.NewStruct(out.Output)
 			if serr != nil {
 				err = PermanentCode(CodeInvalidResult, fmt.Errorf("output is not JSON-like: %w", serr))
+			} else if task != nil {
+				// Over the inline limit, the output travels as a claim check.
+				var spilled *luciusv1.ArtifactRef
+				if s, spilled, err = task.spillOutput(ctx, s, r.cfg.InlineOutputLimit); spilled != nil {
+					res.Artifacts = append(append([]*luciusv1.ArtifactRef(nil), res.Artifacts...), spilled)
+				}
 			}
 			res.Output = s
 		}

@@ -8,14 +8,15 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // DefaultMaxInputBytes is the default limit on what Task.ReadInput reads.
@@ -30,7 +31,7 @@ type Task struct {
 	log      *slog.Logger
 	stepDir  string
 	maxInput int64
-	files    fileAccess
+	refs     *blob.Mux
 
 	mu        sync.Mutex
 	artifacts []*luciusv1.ArtifactRef
@@ -47,6 +48,12 @@ type TaskConfig struct {
 	// FileRoots are the absolute folders the task may read and write files
 	// in besides the job's workspace (see Config.FileRoots). Default: none.
 	FileRoots []string
+	// HTTPS and Azure serve https:// and az:// refs (blob.NewHTTPS,
+	// blob.NewAzure; the Runner shares its own between tasks). Nil leaves
+	// the scheme unsupported: such refs fail with CodeUnsupportedRef.
+	HTTPS, Azure blob.Store
+	// TracerProvider traces blob reads and writes. Default: none.
+	TracerProvider trace.TracerProvider
 }
 
 // NewTask builds the Task for a directive, validating it first. The Runner
@@ -59,7 +66,7 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	workspace, err := localPath(d.GetWorkspaceRef())
+	workspace, err := blob.LocalPath(d.GetWorkspaceRef())
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +86,7 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	log = log.With(telemetry.JobID(d.GetJobId()), telemetry.StepID(d.GetStepId()),
 		telemetry.AttemptNo(int(d.GetAttemptNo())), telemetry.TenantID(d.GetTenantId()))
 	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit,
-		files: newFileAccess(workspace, cfg.FileRoots)}, nil
+		refs: blob.NewMux(blob.NewFiles(workspace, cfg.FileRoots), cfg.HTTPS, cfg.Azure, cfg.TracerProvider)}, nil
 }
 
 // Key is the attempt's idempotency key.
@@ -103,23 +110,25 @@ func (t *Task) ReadInput(ctx context.Context) ([]byte, error) {
 	return t.ReadRef(ctx, t.Directive.GetInputRef())
 }
 
-// ReadRef reads any reference the worker can open locally (a file:// URL or
-// an absolute path inside the file roots or the job's workspace), e.g. one of
+// ReadRef reads any reference the worker serves, e.g. one of
 // Directive.UpstreamArtifacts, with the same limits and classification as
-// ReadInput. A ref outside them is a permanent error with code
-// CodeRefOutsideFileRoots.
+// ReadInput: a file:// URL or an absolute path inside the file roots or the
+// job's workspace (else a permanent CodeRefOutsideFileRoots error), an
+// https:// URL the egress policy allows, or an az://account/container/path
+// blob (see package blob).
 func (t *Task) ReadRef(ctx context.Context, ref string) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	data, err := blob.ReadAll(ctx, t.refs, ref, t.maxInput)
+	if err != nil {
+		return nil, t.refFailed(ctx, "read ref", ref, err)
 	}
-	return t.files.read(ref, t.maxInput)
+	return data, nil
 }
 
-// OpenInput opens the step's input (input_ref) for streaming: Stat for its
-// size, Read or ReadAt for its content, without the size limit of ReadInput.
-// Use it for inputs that may be large. The caller closes the file. Errors are
-// classified like ReadInput's.
-func (t *Task) OpenInput(ctx context.Context) (*os.File, error) {
+// OpenInput opens the step's input (input_ref) for streaming: Size for its
+// length, Read or ReadAt for its content, without the size limit of
+// ReadInput. Use it for inputs that may be large. The caller closes the
+// object. Errors are classified like ReadInput's.
+func (t *Task) OpenInput(ctx context.Context) (blob.Object, error) {
 	if err := t.checkInput(); err != nil {
 		return nil, err
 	}
@@ -135,17 +144,46 @@ func (t *Task) checkInput() error {
 	return nil
 }
 
-// OpenRef opens any reference the worker can read locally (a file:// URL or
-// an absolute path inside the file roots or the job's workspace), e.g. Directive.JobInputRef or a payload field naming a
-// file, for streaming. A missing file, a directory, a file without read
-// permission, a file outside the roots or an unsupported reference is a
-// permanent error; other I/O
-// errors are retryable. The caller closes the file.
-func (t *Task) OpenRef(ctx context.Context, ref string) (*os.File, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// OpenRef opens any reference the worker serves (see ReadRef), e.g.
+// Directive.JobInputRef or a payload field naming a file, for streaming. A
+// missing file or blob, a directory, a file without read permission, a file
+// outside the roots, an address the egress policy refuses or an unsupported
+// reference is a permanent error; a storage service failing is retryable.
+// The caller closes the object.
+func (t *Task) OpenRef(ctx context.Context, ref string) (blob.Object, error) {
+	obj, err := t.refs.Open(ctx, ref)
+	if err != nil {
+		return nil, t.refFailed(ctx, "open ref", ref, err)
 	}
-	return t.files.open(ref)
+	return obj, nil
+}
+
+// WriteRef writes r to ref (a file:// URL inside the roots or the
+// workspace, or an az:// blob; https refs are read-only) and returns an
+// ArtifactRef for it named name, with its size and SHA-256. It is how the
+// runner writes output_ref; a handler may call it for outputs of its own.
+// Writes replace the object whole.
+func (t *Task) WriteRef(ctx context.Context, name, ref, mediaType string, r io.Reader) (*luciusv1.ArtifactRef, error) {
+	if mediaType == "" {
+		mediaType = "application/octet-stream"
+	}
+	w, err := t.refs.Write(ctx, ref, r, blob.WriteOptions{MediaType: mediaType})
+	if err != nil {
+		return nil, t.refFailed(ctx, "write ref", ref, err)
+	}
+	return &luciusv1.ArtifactRef{Name: name, Uri: w.URI, MediaType: mediaType, SizeBytes: w.SizeBytes, Sha256: w.SHA256}, nil
+}
+
+// refFailed logs a failed read or write of a ref with the task's attributes
+// and the error's reason code, and returns the error as an *Error.
+func (t *Task) refFailed(ctx context.Context, msg, ref string, err error) error {
+	err = refError(err)
+	if ctx.Err() == nil {
+		class, _ := Classify(err)
+		t.log.WarnContext(ctx, msg+" failed", "ref", clip(ref), "scheme", blob.Scheme(ref), "code", blob.CodeOf(err),
+			"failure_class", class.String(), telemetry.Err(err))
+	}
+	return err
 }
 
 // WriteArtifact writes data as the file StepDir()/file (file must be a local,
@@ -174,16 +212,14 @@ func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType stri
 	if mediaType == "" {
 		mediaType = "application/octet-stream"
 	}
-	path := filepath.Join(t.stepDir, file)
-	n, sum, err := t.files.writeAtomic(path, contextReader{ctx: ctx, r: r})
+	ref, err := t.WriteRef(ctx, name, blob.FileURI(filepath.Join(t.stepDir, file)), mediaType, r)
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s: %w", name, err)
 	}
-	ref := &luciusv1.ArtifactRef{Name: name, Uri: fileURI(path), MediaType: mediaType, SizeBytes: n, Sha256: sum}
 	t.mu.Lock()
 	t.artifacts = append(t.artifacts, ref)
 	t.mu.Unlock()
-	t.log.DebugContext(ctx, "artifact written", "artifact", name, "uri", ref.Uri, "size_bytes", n)
+	t.log.DebugContext(ctx, "artifact written", "artifact", name, "uri", ref.Uri, "size_bytes", ref.SizeBytes)
 	return ref, nil
 }
 

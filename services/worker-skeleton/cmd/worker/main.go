@@ -32,6 +32,7 @@ import (
 	"github.com/lucius-platform/lucius/core/bus"
 	"github.com/lucius-platform/lucius/core/busconfig"
 	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/core/egress"
 	"github.com/lucius-platform/lucius/core/env"
 	"github.com/lucius-platform/lucius/core/loop"
 	"github.com/lucius-platform/lucius/core/migrate"
@@ -46,6 +47,7 @@ import (
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/tiles"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // platform is one example service this binary can run: its executor and
@@ -116,18 +118,25 @@ func readSettings(e *env.Reader) (settings, error) {
 		limits:        process.ReadLimits(e),
 		telemetry:     process.TelemetryConfig(e, "worker-"+strings.Join(services, "-")),
 		runner: worker.Config{
-			WorkerID:       instance,
-			Concurrency:    e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
-			Prefetch:       e.Int("LUCIUS_WORKER_PREFETCH", worker.DefaultPrefetch),
-			NoOp:           e.Bool("LUCIUS_WORKER_NOOP", false),
-			TaskTimeout:    e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
-			ShutdownGrace:  e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
-			ExecutionDelay: e.Duration("LUCIUS_WORKER_DELAY", 0),
-			Faults:         e.Bool("LUCIUS_WORKER_FAULTS", false),
-			FileRoots:      splitFileRoots(e.String("LUCIUS_FILE_ROOTS", "")),
+			WorkerID:          instance,
+			Concurrency:       e.Int("LUCIUS_WORKER_CONCURRENCY", worker.DefaultConcurrency),
+			Prefetch:          e.Int("LUCIUS_WORKER_PREFETCH", worker.DefaultPrefetch),
+			NoOp:              e.Bool("LUCIUS_WORKER_NOOP", false),
+			TaskTimeout:       e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
+			ShutdownGrace:     e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
+			ExecutionDelay:    e.Duration("LUCIUS_WORKER_DELAY", 0),
+			Faults:            e.Bool("LUCIUS_WORKER_FAULTS", false),
+			FileRoots:         splitFileRoots(e.String("LUCIUS_FILE_ROOTS", "")),
+			InlineOutputLimit: e.Int("LUCIUS_WORKER_INLINE_OUTPUT_BYTES", worker.DefaultInlineOutputLimit),
 		},
 	}
 	var err error
+	if s.runner.Egress.Allow, err = egress.ParseAllow(e.String("LUCIUS_EGRESS_ALLOW", "")); err != nil {
+		e.Fail(err)
+	}
+	if s.runner.Azure, err = readBlobConfig(e); err != nil {
+		e.Fail(err)
+	}
 	if s.auth, err = auth.ReadConfig(e); err != nil {
 		return settings{}, err
 	}
@@ -181,6 +190,27 @@ func readSettings(e *env.Reader) (settings, error) {
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// readBlobConfig reads the az:// store's settings: LUCIUS_BLOB_ENDPOINTS
+// (account=URL,...), LUCIUS_BLOB_CREDENTIAL (default, workload-identity,
+// managed-identity or shared-key), LUCIUS_BLOB_ACCOUNT_KEYS
+// (account=base64 key,..., shared-key only) and LUCIUS_BLOB_BLOCK_SIZE.
+// worker.Config.Validate checks them.
+func readBlobConfig(e *env.Reader) (blob.AzureConfig, error) {
+	cfg := blob.AzureConfig{
+		Credential: blob.CredentialMode(e.String("LUCIUS_BLOB_CREDENTIAL", string(blob.CredentialDefault))),
+		BlockSize:  int64(e.Int("LUCIUS_BLOB_BLOCK_SIZE", blob.DefaultBlockSize)),
+	}
+	var errs []error
+	var err error
+	if cfg.Endpoints, err = blob.ParseAccountMap(e.String("LUCIUS_BLOB_ENDPOINTS", "")); err != nil {
+		errs = append(errs, fmt.Errorf("LUCIUS_BLOB_ENDPOINTS: %w", err))
+	}
+	if cfg.AccountKeys, err = blob.ParseAccountMap(e.String("LUCIUS_BLOB_ACCOUNT_KEYS", "")); err != nil {
+		errs = append(errs, fmt.Errorf("LUCIUS_BLOB_ACCOUNT_KEYS: %w", err))
+	}
+	return cfg, errors.Join(errs...)
 }
 
 // splitFileRoots splits LUCIUS_FILE_ROOTS's colon-separated list of

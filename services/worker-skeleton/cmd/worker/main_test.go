@@ -35,6 +35,8 @@ import (
 	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // The binary migrates its database itself: test databases start empty.
@@ -99,6 +101,17 @@ func TestReadSettings(t *testing.T) {
 		{"unknown bus", with("LUCIUS_BUS", "kafka"), "want postgres or servicebus", ""},
 		{"service bus", with("LUCIUS_BUS", "servicebus", "LUCIUS_SERVICEBUS_NAMESPACE", "lucius.servicebus.windows.net"), "", ""},
 		{"service bus without a namespace", with("LUCIUS_BUS", "servicebus"), "set LUCIUS_SERVICEBUS_CONNECTION_STRING or LUCIUS_SERVICEBUS_NAMESPACE", ""},
+		{"azurite", with("LUCIUS_BLOB_ENDPOINTS", "devstoreaccount1=http://127.0.0.1:10000/devstoreaccount1", "LUCIUS_BLOB_CREDENTIAL", "shared-key",
+			"LUCIUS_BLOB_ACCOUNT_KEYS", "devstoreaccount1=a2V5", "LUCIUS_BLOB_BLOCK_SIZE", "8388608", "LUCIUS_EGRESS_ALLOW", "10.20.0.0/16",
+			"LUCIUS_WORKER_INLINE_OUTPUT_BYTES", "65536"), "", ""},
+		{"workload identity", with("LUCIUS_BLOB_CREDENTIAL", "workload-identity"), "", ""},
+		{"unknown blob credential", with("LUCIUS_BLOB_CREDENTIAL", "password"), `credential mode "password"`, ""},
+		{"account keys without shared-key", with("LUCIUS_BLOB_ACCOUNT_KEYS", "acct01=a2V5"), "account keys are set", ""},
+		{"a malformed endpoint list", with("LUCIUS_BLOB_ENDPOINTS", "acct01"), "LUCIUS_BLOB_ENDPOINTS: item 1: want account=value", ""},
+		{"an endpoint that is not a URL", with("LUCIUS_BLOB_ENDPOINTS", "acct01=ftp://x"), "endpoint of acct01", ""},
+		{"a small block size", with("LUCIUS_BLOB_BLOCK_SIZE", "1024"), "block size 1024", ""},
+		{"a bad egress allowlist", with("LUCIUS_EGRESS_ALLOW", "intranet"), "LUCIUS_EGRESS_ALLOW", ""},
+		{"a negative inline output limit", with("LUCIUS_WORKER_INLINE_OUTPUT_BYTES", "-1"), "inline output limit -1 is negative", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -128,6 +141,16 @@ func TestReadSettings(t *testing.T) {
 	if s.httpAddr != "127.0.0.1:8090" || s.runner.Concurrency != 4 || s.runner.NoOp || s.runner.Faults || s.runner.Topology != routing.TopologyTwoTopicSets ||
 		len(s.services) != 1 || s.services[0] != "ocr" || s.telemetry.Service != "worker-ocr" {
 		t.Errorf("defaults = %+v", s)
+	}
+	if s.runner.Azure.Credential != blob.CredentialDefault || len(s.runner.Azure.Endpoints) != 0 || s.runner.InlineOutputLimit != worker.DefaultInlineOutputLimit ||
+		len(s.runner.Egress.Allow) != 0 {
+		t.Errorf("blob defaults = %+v, inline limit %d, egress %v", s.runner.Azure, s.runner.InlineOutputLimit, s.runner.Egress)
+	}
+	s, _ = readSettings(env.FromMap(with("LUCIUS_BLOB_ENDPOINTS", "devstoreaccount1=http://127.0.0.1:10000/devstoreaccount1",
+		"LUCIUS_BLOB_CREDENTIAL", "shared-key", "LUCIUS_BLOB_ACCOUNT_KEYS", "devstoreaccount1=a2V5", "LUCIUS_EGRESS_ALLOW", "10.20.0.0/16")))
+	if s.runner.Azure.Endpoints["devstoreaccount1"] != "http://127.0.0.1:10000/devstoreaccount1" || s.runner.Azure.AccountKeys["devstoreaccount1"] != "a2V5" ||
+		s.runner.Azure.Credential != blob.CredentialSharedKey || len(s.runner.Egress.Allow) != 1 {
+		t.Errorf("blob settings = %+v, egress %v", s.runner.Azure, s.runner.Egress)
 	}
 	if s, _ = readSettings(env.FromMap(with("LUCIUS_WORKER_FAULTS", "true"))); !s.runner.Faults {
 		t.Error("LUCIUS_WORKER_FAULTS=true did not enable fault injection")

@@ -101,17 +101,14 @@ func Validate(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 	if err != nil {
 		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerValidate, err)
 	}
-	st, err := f.Stat()
+	size := f.Size()
 	f.Close()
-	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: stat %s: %w", HandlerValidate, t.Directive.GetInputRef(), err)
-	}
-	if st.Size() == 0 {
+	if size == 0 {
 		return worker.Outcome{}, worker.PermanentCode(worker.CodeInvalidInput,
 			fmt.Errorf("%s: input %s is empty, not a raster", HandlerValidate, t.Directive.GetInputRef()))
 	}
 	v := Validation{
-		FileSizeMB: float64(st.Size()) / mib, Bytes: st.Size(), BlobURL: t.Directive.GetInputRef(),
+		FileSizeMB: float64(size) / mib, Bytes: size, BlobURL: t.Directive.GetInputRef(),
 		ContainerName: container, BlobName: blob,
 	}
 	if _, err := writeJSON(ctx, t, ValidationArtifact, ValidationFile, v); err != nil {

@@ -26,6 +26,7 @@ import (
 	"strconv"
 
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
 )
 
 // Handler names, as in core/workflow/builtin/handlers.yaml.
@@ -36,8 +37,9 @@ const (
 )
 
 // MaxTiles is the largest tile count tiles_plan accepts (the workflow's limit).
-// Plans of many thousand tiles exceed the orchestrator's 256 KiB output limit
-// and are rejected there; 1000 tiles fit comfortably.
+// Plans of many thousand tiles exceed the 256 KiB inline output limit: the
+// runner spills them, and the fan-out then finds no tiles in the output (only
+// the claim check); 1000 tiles fit comfortably.
 const MaxTiles = 10000
 
 // Artifacts the handlers write.
@@ -195,16 +197,12 @@ func ProcessTile(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 		return worker.Outcome{}, fmt.Errorf("%s: job input: %w", HandlerProcess, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: stat %s: %w", HandlerProcess, ref, err)
-	}
-	if tile.Offset+tile.Length > st.Size() {
+	if tile.Offset+tile.Length > f.Size() {
 		return worker.Outcome{}, worker.Permanentf("%s: tile %d range [%d, %d) lies outside the job input's %d bytes (did it change since planning?)",
-			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, st.Size())
+			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, f.Size())
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, contextReader{ctx: ctx, r: io.NewSectionReader(f, tile.Offset, tile.Length)})
+	n, err := io.Copy(h, blob.ContextReader(ctx, io.NewSectionReader(f, tile.Offset, tile.Length)))
 	if err != nil {
 		return worker.Outcome{}, fmt.Errorf("%s: read tile %d of %s: %w", HandlerProcess, index, ref, err)
 	}
@@ -286,11 +284,7 @@ func inputSize(ctx context.Context, t *worker.Task, handler string) (int64, erro
 		return 0, fmt.Errorf("%s: job input: %w", handler, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("%s: stat %s: %w", handler, ref, err)
-	}
-	return st.Size(), nil
+	return f.Size(), nil
 }
 
 // tileParam decodes a tile payload, {index, offset, length}, as rendered
@@ -373,18 +367,4 @@ func describe(v any) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
-}
-
-// contextReader fails a read once ctx has ended, so hashing a large tile
-// honours cancellation.
-type contextReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c contextReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
