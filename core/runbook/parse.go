@@ -399,11 +399,12 @@ func (p *parser) phase(n *yaml.Node, label string) (Phase, *yaml.Node) {
 	}
 	name, at := f.str("name", true)
 	if name != "" {
-		if !stepNamePattern.MatchString(name) {
+		ph.Name = name
+		if stepNamePattern.MatchString(name) {
+			f.label = "phase " + name // only a valid name labels problems: it holds no newline
+		} else {
 			p.errAt(at, "%s: phase name %q must match %s", label, name, stepNamePattern)
 		}
-		ph.Name = name
-		f.label = "phase " + name
 	}
 	ph.OffsetMinutes, _ = f.integer("offset_minutes", true, -MaxOffsetMinutes, MaxOffsetMinutes)
 	steps := f.list("steps")
@@ -474,7 +475,9 @@ func (p *parser) step(n *yaml.Node, label string, sec section) Step {
 			p.stepNames[name] = at
 		}
 		s.Name = name
-		f.label = "step " + name
+		if stepNamePattern.MatchString(name) {
+			f.label = "step " + name
+		}
 	}
 	if s.WorkerID, at = f.str("worker_id", true); s.WorkerID != "" && !workerPattern.MatchString(s.WorkerID) {
 		f.errf(at, "worker_id %q must match %s", s.WorkerID, workerPattern)
