@@ -158,6 +158,8 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, logPath st
 		return err
 	}
 	poolCfg.ConnConfig.RuntimeParams["application_name"] = benchApp
+	own := &ownQueries{}
+	poolCfg.ConnConfig.Tracer = own
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
@@ -174,7 +176,7 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, logPath st
 		mode = fmt.Sprintf("open loop at %.0f jobs/s", rate)
 	}
 	fmt.Printf("submitting %d three-step jobs (%s)…\n", n, mode)
-	cost := startCosts(ctx, pool, s)
+	cost := startCosts(ctx, pool, own, s)
 	start := time.Now()
 
 	// With a rate, job i may not be submitted before start + i/rate.
