@@ -25,6 +25,30 @@ type Tx struct {
 	outbox   []OutboxMessage
 	// committed run after the commit (AfterCommit).
 	committed []func()
+	// written is each job's mutable fields as the ledger holds them (as
+	// locked, inserted or last written in this transaction): UpdateJob
+	// writes nothing when they did not change.
+	written map[string]jobFields
+}
+
+// jobFields are the fields UpdateJob writes.
+type jobFields struct {
+	status                         JobStatus
+	currentStep, reason, resultRef string
+	cancelRequestedAt, completedAt time.Time
+}
+
+func fieldsOf(j *Job) jobFields {
+	return jobFields{status: j.Status, currentStep: j.CurrentStepID, reason: j.Reason, resultRef: j.ResultRef,
+		cancelRequestedAt: j.CancelRequestedAt, completedAt: j.CompletedAt}
+}
+
+// remember records j's fields as the ledger now holds them.
+func (t *Tx) remember(j *Job) {
+	if t.written == nil {
+		t.written = map[string]jobFields{}
+	}
+	t.written[j.JobID] = fieldsOf(j)
 }
 
 // SQL is the transaction for packages that keep their own tables in the ledger's database and must write them in the same transaction (runbook).
@@ -121,6 +145,7 @@ func (t *Tx) LockJob(ctx context.Context, jobID string) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock job %s: %w", jobID, err)
 	}
+	t.remember(j)
 	return j, nil
 }
 
@@ -134,14 +159,21 @@ func (t *Tx) InsertJob(ctx context.Context, j *Job) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("insert job %s: %w", j.JobID, err)
 	}
+	if tag.RowsAffected() == 1 {
+		t.remember(j)
+	}
 	return tag.RowsAffected() == 1, nil
 }
 
 // UpdateJob writes the job's mutable fields (status, current step, reason,
 // result, cancellation, completion).
 func (t *Tx) UpdateJob(ctx context.Context, j *Job) error {
+	if was, ok := t.written[j.JobID]; ok && was == fieldsOf(j) {
+		return nil // nothing changed: no write (and no WAL for the row)
+	}
 	t.tx.holdOne("update job "+j.JobID, sqlUpdateJob, j.JobID, j.Status, j.CurrentStepID, j.Reason, j.ResultRef,
 		nullTime(j.CancelRequestedAt), nullTime(j.CompletedAt))
+	t.remember(j)
 	return nil
 }
 
