@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+)
+
+func jobCommand(s *session) *cobra.Command {
+	job := &cobra.Command{Use: "job", Short: "Read, follow, cancel and replay jobs"}
+	var tenant string
+	var statuses []string
+	var pageSize int32
+	var pageToken, reason string
+	list := &cobra.Command{
+		Use: "list", Short: "List jobs, newest first", Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &luciusv1.ListJobsRequest{TenantId: tenant, PageSize: pageSize, PageToken: pageToken}
+			for _, st := range statuses {
+				v, ok := luciusv1.JobStatus_value["JOB_STATUS_"+strings.ToUpper(st)]
+				if !ok {
+					return usageErrorf("--status %q: not a job status", st)
+				}
+				req.Statuses = append(req.Statuses, luciusv1.JobStatus(v))
+			}
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).ListJobs(ctx, req)
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) {
+					row(t, "JOB", "TENANT", "WORKFLOW", "STATUS", "PRIORITY", "CREATED", "REASON")
+					for _, j := range resp.GetJobs() {
+						row(t, j.GetJobId(), j.GetTenantId(), fmt.Sprintf("%s@%d", j.GetWorkflowId(), j.GetWorkflowVersion()),
+							short(j.GetStatus(), "JOB_STATUS_"), j.GetPriority(), when(j.GetCreateTime()), clip(j.GetReason(), 60))
+					}
+					if tok := resp.GetNextPageToken(); tok != "" {
+						fmt.Fprintf(t, "\nmore: --page-token %s\n", tok)
+					}
+				})
+			})
+		},
+	}
+	list.Flags().StringVar(&tenant, "tenant", "", "only this tenant's jobs")
+	list.Flags().StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (e.g. FAILED_FINAL,CANCELLED)")
+	list.Flags().Int32Var(&pageSize, "page-size", 0, "jobs per page (default 50)")
+	list.Flags().StringVar(&pageToken, "page-token", "", "the next page, as a previous answer gave it")
+
+	get := &cobra.Command{
+		Use: "get JOB_ID", Short: "Show a job", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).GetJob(ctx, &luciusv1.GetJobRequest{JobId: args[0]})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, resp.GetJob()) })
+			})
+		},
+	}
+	steps := &cobra.Command{
+		Use: "steps JOB_ID", Short: "List a job's steps with their attempts", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).ListJobSteps(ctx, &luciusv1.ListJobStepsRequest{JobId: args[0],
+					View: luciusv1.StepView_STEP_VIEW_FULL, PageSize: 500})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) {
+					row(t, "STEP", "KIND", "HANDLER", "SERVICE", "STATUS", "ATTEMPT", "REASON")
+					for _, st := range resp.GetSteps() {
+						row(t, st.GetStepId(), st.GetKind(), orDash(st.GetStepType()), orDash(st.GetService()),
+							short(st.GetStatus(), "STEP_STATUS_"), fmt.Sprintf("%d/%d", st.GetAttemptNo(), st.GetMaxAttempts()), clip(st.GetReason(), 60))
+					}
+				})
+			})
+		},
+	}
+	events := &cobra.Command{
+		Use: "events JOB_ID", Short: "List a job's audit trail, oldest first", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).ListJobEvents(ctx, &luciusv1.ListJobEventsRequest{JobId: args[0],
+					PageSize: pageSize, PageToken: pageToken})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) {
+					row(t, "ID", "TIME", "TYPE", "STEP", "ATTEMPT", "FROM", "TO", "REASON")
+					for _, e := range resp.GetEvents() {
+						row(t, e.GetEventId(), when(e.GetCreateTime()), e.GetType(), orDash(e.GetStepId()), e.GetAttemptNo(),
+							orDash(e.GetFromStatus()), orDash(e.GetToStatus()), orDash(e.GetReason()))
+					}
+					if tok := resp.GetNextPageToken(); tok != "" {
+						fmt.Fprintf(t, "\nmore: --page-token %s\n", tok)
+					}
+				})
+			})
+		},
+	}
+	events.Flags().Int32Var(&pageSize, "page-size", 0, "events per page (default 100)")
+	events.Flags().StringVar(&pageToken, "page-token", "", "the next page, as a previous answer gave it")
+	cancel := &cobra.Command{
+		Use: "cancel JOB_ID", Short: "Cancel a job (it finishes what runs, starts nothing new)", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).CancelJob(ctx, &luciusv1.CancelJobRequest{JobId: args[0], Reason: reason})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, resp.GetJob()) })
+			})
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "", "why (recorded on the job)")
+	replay := &cobra.Command{
+		Use: "replay JOB_ID", Short: "Run a FAILED_FINAL job again as a new job", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				resp, err := luciusv1.NewJobServiceClient(conn).ReplayJob(ctx, &luciusv1.ReplayJobRequest{JobId: args[0], Reason: reason})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, resp.GetJob()) })
+			})
+		},
+	}
+	replay.Flags().StringVar(&reason, "reason", "", "why (recorded on the replay)")
+	watch := &cobra.Command{
+		Use: "watch JOB_ID", Short: "Follow a job until it ends; the exit code says how it ended", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.follow(cmd, args[0])
+		},
+	}
+	job.AddCommand(list, get, steps, events, cancel, replay, watch)
+	return job
+}
+
+// jobTable shows one job as name/value lines.
+func jobTable(t *tabwriter.Writer, j *luciusv1.Job) {
+	row(t, "job_id", j.GetJobId())
+	row(t, "tenant", j.GetTenantId())
+	row(t, "workflow", fmt.Sprintf("%s@%d", j.GetWorkflowId(), j.GetWorkflowVersion()))
+	row(t, "status", short(j.GetStatus(), "JOB_STATUS_"))
+	row(t, "priority", j.GetPriority())
+	row(t, "current step", orDash(j.GetCurrentStepId()))
+	row(t, "reason", orDash(j.GetReason()))
+	row(t, "input", j.GetInputRef())
+	row(t, "output", j.GetOutputRef())
+	row(t, "result", orDash(j.GetResultRef()))
+	row(t, "submitted by", orDash(j.GetSubmittedBy()))
+	row(t, "created", when(j.GetCreateTime()))
+	row(t, "completed", when(j.GetCompleteTime()))
+	if j.GetAssetId() != "" {
+		row(t, "asset", fmt.Sprintf("%s revision %d", j.GetAssetId(), j.GetAssetRevision()))
+	}
+	if j.GetReplayOf() != "" {
+		row(t, "replay of", j.GetReplayOf())
+	}
+}
+
+// follow polls a job (every 250 ms, until the Watch API streams it) and
+// prints each step's progress as it changes, then the outcome; the exit
+// code says how the job ended.
+func (s *session) follow(cmd *cobra.Command, jobID string) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), s.timeout)
+	defer cancel()
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	jobs := luciusv1.NewJobServiceClient(conn)
+	out := cmd.OutOrStdout()
+	seen := map[string]string{}
+	for {
+		resp, err := jobs.GetJob(ctx, &luciusv1.GetJobRequest{JobId: jobID})
+		if err != nil {
+			return err
+		}
+		job := resp.GetJob()
+		if steps, err := jobs.ListJobSteps(ctx, &luciusv1.ListJobStepsRequest{JobId: jobID, PageSize: 500}); err == nil {
+			for _, st := range steps.GetSteps() {
+				line := fmt.Sprintf("%s attempt %d", short(st.GetStatus(), "STEP_STATUS_"), st.GetAttemptNo())
+				if seen[st.GetStepId()] != line {
+					seen[st.GetStepId()] = line
+					if s.format == formatTable {
+						progress(out, st)
+					}
+				}
+			}
+		}
+		if terminal(job.GetStatus()) {
+			if err := s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, job) }); err != nil {
+				return err
+			}
+			switch job.GetStatus() {
+			case luciusv1.JobStatus_JOB_STATUS_SUCCEEDED:
+				return nil
+			case luciusv1.JobStatus_JOB_STATUS_CANCELLED:
+				return &codedError{code: exitCancelled, err: fmt.Errorf("job %s was cancelled: %s", jobID, job.GetReason())}
+			default:
+				return &codedError{code: exitFailed, err: fmt.Errorf("job %s failed: %s", jobID, job.GetReason())}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return &codedError{code: exitUnreachable, err: fmt.Errorf("job %s still %s after --timeout %s", jobID,
+				short(job.GetStatus(), "JOB_STATUS_"), s.timeout)}
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func progress(w io.Writer, st *luciusv1.Step) {
+	reason := ""
+	if st.GetReason() != "" {
+		reason = " — " + clip(st.GetReason(), 80)
+	}
+	fmt.Fprintf(w, "%s  %-24s %-14s attempt %d/%d%s\n", time.Now().Format(time.TimeOnly), st.GetStepId(),
+		short(st.GetStatus(), "STEP_STATUS_"), st.GetAttemptNo(), st.GetMaxAttempts(), reason)
+}
+
+func terminal(s luciusv1.JobStatus) bool {
+	return s == luciusv1.JobStatus_JOB_STATUS_SUCCEEDED || s == luciusv1.JobStatus_JOB_STATUS_FAILED_FINAL ||
+		s == luciusv1.JobStatus_JOB_STATUS_CANCELLED
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
