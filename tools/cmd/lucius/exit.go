@@ -10,14 +10,14 @@ import (
 
 // Exit codes: what a script needs to tell apart.
 const (
-	exitOK          = 0  // done; with --wait, the job SUCCEEDED
-	exitError       = 1  // the server refused or failed the call (its status is printed)
-	exitUsage       = 2  // bad flags or arguments, or a bad configuration file
-	exitUnreachable = 3  // no answer from the server (down, wrong address, timed out)
-	exitFailed      = 4  // with --wait: the job ended FAILED_FINAL
-	exitCancelled   = 5  // with --wait: the job ended CANCELLED
-	exitNotFound    = 6  // the job, dead letter, workflow… does not exist (or is another tenant's)
-	exitDenied      = 7  // not authenticated, or not allowed
+	exitOK          = 0 // done; with --wait, the job SUCCEEDED
+	exitError       = 1 // the server refused or failed the call (its status is printed)
+	exitUsage       = 2 // bad flags or arguments, or a bad configuration file
+	exitUnreachable = 3 // no answer from the server (down, wrong address, timed out)
+	exitFailed      = 4 // with --wait: the job ended FAILED_FINAL
+	exitCancelled   = 5 // with --wait: the job ended CANCELLED
+	exitNotFound    = 6 // the job, dead letter, workflow… does not exist (or is another tenant's)
+	exitDenied      = 7 // not authenticated, or not allowed
 )
 
 // exitError carries an exit code with an error.
