@@ -20,7 +20,7 @@ const (
 	exitDenied      = 7 // not authenticated, or not allowed
 )
 
-// exitError carries an exit code with an error.
+// codedError carries an exit code with an error.
 type codedError struct {
 	code int
 	err  error
