@@ -136,6 +136,17 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 	check(run{"breaker show", op, []string{"breaker", "show", "ocr"}, 0, []string{"ocr", "CLOSED"}})
 	check(run{"worker list", op, []string{"worker", "list"}, 0, []string{"ocr", "OCR"}})
 
+	// Live configuration and runbooks.
+	check(run{"config get", op, []string{"config", "get"}, 0, []string{"default_mode: MODE_DEFAULT", "revision:"}})
+	tenantCfg := filepath.Join(dir, "acme.yaml")
+	if err := os.WriteFile(tenantCfg, []byte("max_active_jobs: 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(run{"config set --tenant", op, []string{"config", "set", "--tenant", "acme", "-f", tenantCfg}, 0, []string{"max_active_jobs: 7"}})
+	check(run{"config get --tenant", op, []string{"config", "get", "--tenant", "acme", "-o", "json"}, 0, []string{`"max_active_jobs": 7`}})
+	check(run{"runbook list", op, []string{"runbook", "list"}, 0, []string{"RUNBOOK"}})
+	check(run{"batch list of an unknown runbook", op, []string{"batch", "list", "--runbook", "nope"}, 6, []string{"RUNBOOK_NOT_FOUND"}})
+
 	// Exit codes of what goes wrong.
 	check(run{"not found", op, []string{"job", "get", strings.Repeat("0", 64)}, 6, []string{"JOB_NOT_FOUND"}})
 	check(run{"bad input", op, []string{"submit", "--tenant", "acme", "--type", "OCR", "--input-ref", input, "--output-ref", out, "--priority", "11"}, 1,

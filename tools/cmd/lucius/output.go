@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,12 +44,18 @@ func (p printer) check() error {
 func (p printer) print(msg proto.Message, table func(t *tabwriter.Writer)) error {
 	switch p.format {
 	case formatJSON, formatYAML:
-		b, err := protojson.MarshalOptions{UseProtoNames: true, Multiline: true, Indent: "  "}.Marshal(msg)
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
 		if err != nil {
 			return err
 		}
 		if p.format == formatJSON {
-			_, err = fmt.Fprintln(p.out, string(b))
+			// protojson varies its whitespace on purpose; scripts get a stable layout.
+			var out bytes.Buffer
+			if err := json.Indent(&out, b, "", "  "); err != nil {
+				return err
+			}
+			out.WriteByte('\n')
+			_, err = out.WriteTo(p.out)
 			return err
 		}
 		var v any

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -37,7 +38,7 @@ says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			command := &luciusv1.Command{}
 			if file != "" {
-				if err := readCommand(file, command); err != nil {
+				if err := readMessage(file, command); err != nil {
 					return &codedError{code: exitUsage, err: err}
 				}
 			}
@@ -121,8 +122,8 @@ says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
 	return cmd
 }
 
-// readCommand reads a command from a JSON or YAML file.
-func readCommand(path string, into *luciusv1.Command) error {
+// readMessage reads a message from a JSON or YAML file, field names as in the API.
+func readMessage(path string, into proto.Message) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
