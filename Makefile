@@ -111,7 +111,6 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/lucius ./tools/cmd/lucius
 	$(GO) build -o $(BIN)/lucius-up ./tools/cmd/lucius-up
 	$(GO) build -o $(BIN)/lucius-bench ./tools/cmd/lucius-bench
-	$(GO) build -o $(BIN)/lucius-members ./tools/cmd/lucius-members
 	$(GO) build -o $(BIN)/lucius-chaos ./tools/cmd/lucius-chaos
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
@@ -172,8 +171,9 @@ members: ## load a runbook's member data from a CSV: RUNBOOK=name CSV=file [VERS
 	@if [ -z "$(RUNBOOK)" ] || [ -z "$(CSV)" ]; then \
 		echo "usage: make members RUNBOOK=<name> CSV=<file.csv> [VERSION=<n>, 0: active] [REPLACE=1] [GATEWAY=127.0.0.1:9090]"; exit 2; fi
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/lucius-members ./tools/cmd/lucius-members
-	$(BIN)/lucius-members -gateway '$(GATEWAY)' -runbook '$(RUNBOOK)' -version '$(VERSION)' $(if $(filter 1 true yes,$(REPLACE)),-replace) '$(CSV)'
+	$(GO) build -o $(BIN)/lucius ./tools/cmd/lucius
+	LUCIUS_ADDR='$(GATEWAY)' LUCIUS_TOKEN="$${LUCIUS_TOKEN:-$$($(BIN)/lucius token --role operator)}" \
+		$(BIN)/lucius members load '$(RUNBOOK)' '$(CSV)' --version '$(VERSION)' $(if $(filter 1 true yes,$(REPLACE)),--replace)
 
 .PHONY: clean
 clean: ## remove build outputs and the local cluster

@@ -199,39 +199,51 @@ func TestLoadNamesRefusedMembersByTheirPlaceInTheFile(t *testing.T) {
 	}
 }
 
-func TestRunReadsTheFileAndPrintsTheCounts(t *testing.T) {
-	t.Parallel()
+// The command reads the file (or stdin), calls as the context's principal
+// through the real guard (an operator), and prints what the load did.
+func TestMembersLoadReadsTheFileAndPrintsTheCounts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "members.csv")
 	if err := os.WriteFile(path, []byte(contosoCSV), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// run dials an address; serve the fake on a real listener for it.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The real guard: the tool must call as an operator, with a token it
-	// mints from the local issuer when given none.
 	issuer := authtest.New(t)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(issuer.Guard().UnaryServerInterceptor()))
 	luciusv1.RegisterRunbookServiceServer(srv, &fakeRunbooks{})
 	go srv.Serve(l) //nolint:errcheck
 	t.Cleanup(srv.Stop)
-	for _, file := range []string{path, "-"} {
+	t.Setenv("LUCIUS_ADDR", l.Addr().String())
+	t.Setenv("LUCIUS_CONFIG", filepath.Join(t.TempDir(), "none.yaml"))
+	lucius := func(token string, stdin string, args ...string) (string, error) {
+		t.Setenv("LUCIUS_TOKEN", token)
+		root := rootCommand()
 		var out strings.Builder
-		cfg := config{gateway: l.Addr().String(), runbook: "contoso-mailbox-migration", file: file, replace: true, timeout: 10 * time.Second,
-			issuerDir: issuer.Dir}
-		if err := run(context.Background(), cfg, strings.NewReader(contosoCSV), &out); err != nil {
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(args)
+		err := root.Execute()
+		return out.String(), err
+	}
+	operator := issuer.Token(t, authtest.Operator())
+	for _, file := range []string{path, "-"} {
+		out, err := lucius(operator, contosoCSV, "members", "load", "contoso-mailbox-migration", file, "--replace")
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := file + ": 2 members loaded into contoso-mailbox-migration v4: 2 inserted, 0 updated, 0 unchanged, 1 removed\n"
-		if out.String() != want {
-			t.Fatalf("printed %q, want %q", out.String(), want)
+		if out != want {
+			t.Fatalf("printed %q, want %q", out, want)
 		}
 	}
-	err = run(context.Background(), config{gateway: l.Addr().String(), runbook: "r", file: "-", timeout: time.Second, issuerDir: issuer.Dir},
-		strings.NewReader("member_key,batch_time\nx,yesterday\n"), &strings.Builder{})
-	if err == nil || !strings.Contains(err.Error(), `line 2, column 2 (batch_time): "yesterday" is not an RFC 3339 time`) {
-		t.Fatalf("a bad file: %v", err)
+	if _, err := lucius(operator, "member_key,batch_time\nx,yesterday\n", "members", "load", "r", "-"); exitCode(err) != exitUsage ||
+		!strings.Contains(err.Error(), `line 2, column 2 (batch_time): "yesterday" is not an RFC 3339 time`) {
+		t.Fatalf("a bad file: %v (exit %d)", err, exitCode(err))
+	}
+	if _, err := lucius(issuer.Token(t, authtest.Partner("acme")), contosoCSV, "members", "load", "r", path); exitCode(err) != exitDenied {
+		t.Fatalf("a partner loads members: %v (exit %d), want exit %d", err, exitCode(err), exitDenied)
 	}
 }
