@@ -249,3 +249,28 @@ func (s *Store) ReclaimOrphans(ctx context.Context, owner string, threshold time
 	})
 	return out, err
 }
+
+// EventsAfter reads, for each job of after, its events after the event id
+// given, oldest first, up to limit in all: one query for many watchers.
+func (s *Store) EventsAfter(ctx context.Context, after map[string]int64, limit int) ([]Event, error) {
+	jobs, ids := make([]string, 0, len(after)), make([]int64, 0, len(after))
+	for j, id := range after {
+		jobs, ids = append(jobs, j), append(ids, id)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM job_events e
+	JOIN unnest($1::text[], $2::bigint[]) AS c(job, after) ON e.job_id = c.job AND e.event_id > c.after
+	ORDER BY e.event_id LIMIT $3`, jobs, ids, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events after: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
+}
+
+// LastEventID is the id of a job's newest event (0: none yet).
+func (s *Store) LastEventID(ctx context.Context, jobID string) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(event_id), 0) FROM job_events WHERE job_id = $1`, jobID).Scan(&id); err != nil {
+		return 0, fmt.Errorf("last event of %s: %w", jobID, err)
+	}
+	return id, nil
+}

@@ -42,6 +42,8 @@ const (
 	ReasonTenantConfigNotFound = "TENANT_CONFIG_NOT_FOUND"
 	ReasonJobNotReplayable     = "JOB_NOT_REPLAYABLE"
 	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
+	// ReasonWatchBehind: a WatchJob stream fell too far behind and was ended; resume it.
+	ReasonWatchBehind = "WATCH_BEHIND"
 	// ReasonServiceNotServed: a worker announced a service its identity does not serve.
 	ReasonServiceNotServed = "SERVICE_NOT_SERVED"
 	// ReasonHandlerOwnedByAnotherService: a worker announced a handler another service runs.

@@ -51,7 +51,7 @@ func NewGRPC(log *slog.Logger, guard Guard, opts ...grpc.ServerOption) (*grpc.Se
 		grpc.MaxRecvMsgSize(DefaultMaxRequestBytes),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), guard.UnaryServerInterceptor(), validateUnary(validator)),
-		grpc.ChainStreamInterceptor(guard.StreamServerInterceptor()),
+		grpc.ChainStreamInterceptor(guard.StreamServerInterceptor(), validateStream(validator)),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
 	hs := health.NewServer()
@@ -73,17 +73,48 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 
 func validateUnary(v protovalidate.Validator) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if msg, ok := req.(proto.Message); ok {
-			if err := v.Validate(msg); err != nil {
-				var verr *protovalidate.ValidationError
-				if errors.As(err, &verr) {
-					return nil, ValidationStatus(verr).Err()
-				}
-				return nil, status.Errorf(codes.Internal, "validate request: %v", err)
-			}
+		if err := validate(v, req); err != nil {
+			return nil, err
 		}
 		return handler(ctx, req)
 	}
+}
+
+// validateStream checks every message a stream receives, as validateUnary
+// checks a unary request.
+func validateStream(v protovalidate.Validator) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, validatingStream{ServerStream: ss, v: v})
+	}
+}
+
+type validatingStream struct {
+	grpc.ServerStream
+	v protovalidate.Validator
+}
+
+func (s validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return validate(s.v, m)
+}
+
+// validate answers a message that breaks the contract's rules with
+// INVALID_ARGUMENT and its field violations.
+func validate(v protovalidate.Validator, req any) error {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if err := v.Validate(msg); err != nil {
+		var verr *protovalidate.ValidationError
+		if errors.As(err, &verr) {
+			return ValidationStatus(verr).Err()
+		}
+		return status.Errorf(codes.Internal, "validate request: %v", err)
+	}
+	return nil
 }
 
 func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {

@@ -25,6 +25,7 @@ const (
 	JobService_ListJobEvents_FullMethodName = "/lucius.v1.JobService/ListJobEvents"
 	JobService_CancelJob_FullMethodName     = "/lucius.v1.JobService/CancelJob"
 	JobService_ReplayJob_FullMethodName     = "/lucius.v1.JobService/ReplayJob"
+	JobService_WatchJob_FullMethodName      = "/lucius.v1.JobService/WatchJob"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -54,6 +55,15 @@ type JobServiceClient interface {
 	// changes). Steps that succeeded keep their outputs and artifacts; each failed
 	// step starts with a new attempt.
 	ReplayJob(ctx context.Context, in *ReplayJobRequest, opts ...grpc.CallOption) (*ReplayJobResponse, error)
+	// WatchJob follows a job as it runs (server streaming; on REST one JSON
+	// object a line): first the job as it is, then every event of its audit
+	// trail as it commits (job and step transitions, attempts, callbacks…);
+	// an event that changed the job's status comes with the job as it is when
+	// the event is sent (it may be further on). The stream ends after the
+	// event that made the job terminal (at
+	// once for a job already terminal). A dropped stream resumes with
+	// after_event_id, the last event_id received: nothing is missed or repeated.
+	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error)
 }
 
 type jobServiceClient struct {
@@ -124,6 +134,25 @@ func (c *jobServiceClient) ReplayJob(ctx context.Context, in *ReplayJobRequest, 
 	return out, nil
 }
 
+func (c *jobServiceClient) WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[0], JobService_WatchJob_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchJobRequest, WatchJobResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobClient = grpc.ServerStreamingClient[WatchJobResponse]
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -151,6 +180,15 @@ type JobServiceServer interface {
 	// changes). Steps that succeeded keep their outputs and artifacts; each failed
 	// step starts with a new attempt.
 	ReplayJob(context.Context, *ReplayJobRequest) (*ReplayJobResponse, error)
+	// WatchJob follows a job as it runs (server streaming; on REST one JSON
+	// object a line): first the job as it is, then every event of its audit
+	// trail as it commits (job and step transitions, attempts, callbacks…);
+	// an event that changed the job's status comes with the job as it is when
+	// the event is sent (it may be further on). The stream ends after the
+	// event that made the job terminal (at
+	// once for a job already terminal). A dropped stream resumes with
+	// after_event_id, the last event_id received: nothing is missed or repeated.
+	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -178,6 +216,9 @@ func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobReques
 }
 func (UnimplementedJobServiceServer) ReplayJob(context.Context, *ReplayJobRequest) (*ReplayJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplayJob not implemented")
+}
+func (UnimplementedJobServiceServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -308,6 +349,17 @@ func _JobService_ReplayJob_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchJobRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).WatchJob(m, &grpc.GenericServerStream[WatchJobRequest, WatchJobResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobServer = grpc.ServerStreamingServer[WatchJobResponse]
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -340,7 +392,13 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _JobService_ReplayJob_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchJob",
+			Handler:       _JobService_WatchJob_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "lucius/v1/job.proto",
 }
 

@@ -2,14 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
@@ -168,9 +170,9 @@ func jobTable(t *tabwriter.Writer, j *luciusv1.Job) {
 	}
 }
 
-// follow polls a job (every 250 ms, until the Watch API streams it) and
-// prints each step's progress as it changes, then the outcome; the exit
-// code says how the job ended.
+// follow streams a job (JobService.WatchJob) and prints its events as they
+// commit, then the job; the exit code says how it ended. A dropped stream is
+// resumed from the last event received.
 func (s *session) follow(cmd *cobra.Command, jobID string) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), s.timeout)
 	defer cancel()
@@ -180,53 +182,70 @@ func (s *session) follow(cmd *cobra.Command, jobID string) error {
 	}
 	jobs := luciusv1.NewJobServiceClient(conn)
 	out := cmd.OutOrStdout()
-	seen := map[string]string{}
-	for {
-		resp, err := jobs.GetJob(ctx, &luciusv1.GetJobRequest{JobId: jobID})
+	var job *luciusv1.Job
+	var last int64
+	for job == nil || !terminal(job.GetStatus()) {
+		stream, err := jobs.WatchJob(ctx, &luciusv1.WatchJobRequest{JobId: jobID, AfterEventId: last})
 		if err != nil {
 			return err
 		}
-		job := resp.GetJob()
-		if steps, err := jobs.ListJobSteps(ctx, &luciusv1.ListJobStepsRequest{JobId: jobID, PageSize: 500}); err == nil {
-			for _, st := range steps.GetSteps() {
-				line := fmt.Sprintf("%s attempt %d", short(st.GetStatus(), "STEP_STATUS_"), st.GetAttemptNo())
-				if seen[st.GetStepId()] != line {
-					seen[st.GetStepId()] = line
-					if s.format == formatTable {
-						progress(out, st)
-					}
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return &codedError{code: exitUnreachable, err: fmt.Errorf("job %s still %s after --timeout %s", jobID,
+						short(job.GetStatus(), "JOB_STATUS_"), s.timeout)}
+				}
+				if c := status.Code(err); c == codes.Aborted || c == codes.Unavailable && last > 0 {
+					break // resume from the last event
+				}
+				return err
+			}
+			if resp.GetJob() != nil {
+				job = resp.GetJob()
+			}
+			if e := resp.GetEvent(); e != nil {
+				last = e.GetEventId()
+				if s.format == formatTable {
+					eventLine(out, e)
 				}
 			}
 		}
-		if terminal(job.GetStatus()) {
-			if err := s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, job) }); err != nil {
-				return err
-			}
-			switch job.GetStatus() {
-			case luciusv1.JobStatus_JOB_STATUS_SUCCEEDED:
-				return nil
-			case luciusv1.JobStatus_JOB_STATUS_CANCELLED:
-				return &codedError{code: exitCancelled, err: fmt.Errorf("job %s was cancelled: %s", jobID, job.GetReason())}
-			default:
-				return &codedError{code: exitFailed, err: fmt.Errorf("job %s failed: %s", jobID, job.GetReason())}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return &codedError{code: exitUnreachable, err: fmt.Errorf("job %s still %s after --timeout %s", jobID,
-				short(job.GetStatus(), "JOB_STATUS_"), s.timeout)}
-		case <-time.After(250 * time.Millisecond):
-		}
+	}
+	if err := s.printer(cmd).print(&luciusv1.GetJobResponse{Job: job}, func(t *tabwriter.Writer) { jobTable(t, job) }); err != nil {
+		return err
+	}
+	switch job.GetStatus() {
+	case luciusv1.JobStatus_JOB_STATUS_SUCCEEDED:
+		return nil
+	case luciusv1.JobStatus_JOB_STATUS_CANCELLED:
+		return &codedError{code: exitCancelled, err: fmt.Errorf("job %s was cancelled: %s", jobID, job.GetReason())}
+	default:
+		return &codedError{code: exitFailed, err: fmt.Errorf("job %s failed: %s", jobID, job.GetReason())}
 	}
 }
 
-func progress(w io.Writer, st *luciusv1.Step) {
-	reason := ""
-	if st.GetReason() != "" {
-		reason = " — " + clip(st.GetReason(), 80)
+// eventLine prints one event of a followed job.
+func eventLine(w io.Writer, e *luciusv1.JobEvent) {
+	what := e.GetType()
+	if e.GetToStatus() != "" {
+		what = fmt.Sprintf("%s → %s", orDash(e.GetFromStatus()), e.GetToStatus())
 	}
-	fmt.Fprintf(w, "%s  %-24s %-14s attempt %d/%d%s\n", time.Now().Format(time.TimeOnly), st.GetStepId(),
-		short(st.GetStatus(), "STEP_STATUS_"), st.GetAttemptNo(), st.GetMaxAttempts(), reason)
+	step := "job"
+	if e.GetStepId() != "" {
+		step = e.GetStepId()
+		if e.GetAttemptNo() > 0 {
+			step += fmt.Sprintf("#%d", e.GetAttemptNo())
+		}
+	}
+	reason := ""
+	if e.GetReason() != "" {
+		reason = "  " + clip(e.GetReason(), 80)
+	}
+	fmt.Fprintf(w, "%s  %-28s %s%s\n", e.GetCreateTime().AsTime().Local().Format("15:04:05.000"), step, what, reason)
 }
 
 func terminal(s luciusv1.JobStatus) bool {

@@ -25,6 +25,7 @@ type jobService struct {
 	luciusv1.UnimplementedJobServiceServer
 	store *ledger.Store
 	log   *slog.Logger
+	watch *watchHub
 }
 
 var _ luciusv1.JobServiceServer = (*jobService)(nil)

@@ -90,7 +90,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
-	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log})
+	watch := newWatchHub(store, log)
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHub()
+	go watch.run(hubCtx)
+	luciusv1.RegisterJobServiceServer(ep.GRPC, &jobService{store: store, log: log, watch: watch})
 	luciusv1.RegisterWorkflowServiceServer(ep.GRPC, &workflowService{reg: workflows, log: log})
 	luciusv1.RegisterDeadLetterServiceServer(ep.GRPC, &deadLetterService{store: store, log: log})
 	luciusv1.RegisterAssetServiceServer(ep.GRPC, &assetService{store: store, log: log})

@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/core/telemetry"
+)
+
+// watchHub feeds every WatchJob stream of this gateway from one query per
+// interval over all the jobs being watched (none while nobody watches): a
+// thousand idle watchers cost the database what one does.
+type watchHub struct {
+	store    *ledger.Store
+	interval time.Duration
+	log      *slog.Logger
+	mu       sync.Mutex
+	watches  map[string]map[*jobWatch]struct{} // by job id
+}
+
+// jobWatch is one stream's place in its job's events.
+type jobWatch struct {
+	jobID string
+	after int64
+	// events delivers batches in order; closed (with err set) when the
+	// watcher fell too far behind.
+	events chan []ledger.Event
+	err    error
+}
+
+const (
+	watchInterval = 100 * time.Millisecond
+	watchBatch    = 1000 // events one query reads
+	watchBuffer   = 64   // batches a stream may fall behind before it is dropped
+)
+
+// errWatchBehind ends a stream that does not keep up; it resumes from its last event.
+var errWatchBehind = errors.New("the stream fell behind")
+
+func newWatchHub(store *ledger.Store, log *slog.Logger) *watchHub {
+	return &watchHub{store: store, interval: watchInterval, log: log, watches: map[string]map[*jobWatch]struct{}{}}
+}
+
+func (h *watchHub) add(jobID string, after int64) *jobWatch {
+	w := &jobWatch{jobID: jobID, after: after, events: make(chan []ledger.Event, watchBuffer)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watches[jobID] == nil {
+		h.watches[jobID] = map[*jobWatch]struct{}{}
+	}
+	h.watches[jobID][w] = struct{}{}
+	return w
+}
+
+func (h *watchHub) remove(w *jobWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.watches[w.jobID], w)
+	if len(h.watches[w.jobID]) == 0 {
+		delete(h.watches, w.jobID)
+	}
+}
+
+// run reads and hands out new events until ctx ends.
+func (h *watchHub) run(ctx context.Context) {
+	loop.Every(ctx, h.interval, false, func(ctx context.Context) {
+		for h.round(ctx) == watchBatch {
+			// a full batch: read on at once
+		}
+	})
+}
+
+// round reads once and returns how many events it read.
+func (h *watchHub) round(ctx context.Context) int {
+	h.mu.Lock()
+	after := make(map[string]int64, len(h.watches))
+	for job, ws := range h.watches {
+		for w := range ws {
+			if a, ok := after[job]; !ok || w.after < a {
+				after[job] = w.after
+			}
+		}
+	}
+	h.mu.Unlock()
+	if len(after) == 0 {
+		return 0
+	}
+	events, err := h.store.EventsAfter(ctx, after, watchBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.WarnContext(ctx, "watch: read events", telemetry.Err(err))
+		}
+		return 0
+	}
+	byJob := map[string][]ledger.Event{}
+	for _, e := range events {
+		byJob[e.JobID] = append(byJob[e.JobID], e)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for job, evs := range byJob {
+		for w := range h.watches[job] {
+			var mine []ledger.Event
+			for _, e := range evs {
+				if e.ID > w.after {
+					mine = append(mine, e)
+				}
+			}
+			if len(mine) == 0 {
+				continue
+			}
+			select {
+			case w.events <- mine:
+				w.after = mine[len(mine)-1].ID
+			default:
+				w.err = errWatchBehind
+				close(w.events)
+				delete(h.watches[job], w)
+			}
+		}
+		if len(h.watches[job]) == 0 {
+			delete(h.watches, job)
+		}
+	}
+	return len(events)
+}
+
+// WatchJob streams the job, then its events as they commit, until it ends.
+func (s *jobService) WatchJob(req *luciusv1.WatchJobRequest, stream luciusv1.JobService_WatchJobServer) error {
+	ctx := stream.Context()
+	id := req.GetJobId()
+	job, err := visibleJob(ctx, s.store, id)
+	if err != nil {
+		return s.storeError(ctx, err, id)
+	}
+	after := req.GetAfterEventId()
+	if after == 0 {
+		if after, err = s.store.LastEventID(ctx, id); err != nil {
+			return s.storeError(ctx, err, id)
+		}
+	}
+	if err := stream.Send(&luciusv1.WatchJobResponse{Job: jobToProto(job)}); err != nil {
+		return err
+	}
+	if job.Status.Terminal() {
+		// Ended already: what a resuming client missed, then the end.
+		events, err := s.store.ListEvents(ctx, id, after, watchBatch)
+		if err != nil {
+			return s.storeError(ctx, err, id)
+		}
+		for _, e := range events {
+			if err := stream.Send(&luciusv1.WatchJobResponse{Event: eventToProto(e)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	w := s.watch.add(id, after)
+	defer s.watch.remove(w)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case batch, ok := <-w.events:
+			if !ok {
+				return server.Error(codes.Aborted, server.ReasonWatchBehind,
+					"the stream fell behind; watch again with after_event_id set to the last event_id received", "job_id", id).Err()
+			}
+			for _, e := range batch {
+				resp := &luciusv1.WatchJobResponse{Event: eventToProto(e)}
+				ended := false
+				if e.Type == ledger.EventJobStatusChanged {
+					if job, err = visibleJob(ctx, s.store, id); err != nil {
+						return s.storeError(ctx, err, id)
+					}
+					resp.Job = jobToProto(job)
+					ended = ledger.JobStatus(e.ToStatus).Terminal()
+				}
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
+				if ended {
+					return nil
+				}
+			}
+		}
+	}
+}
