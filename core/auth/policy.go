@@ -49,6 +49,9 @@ var MethodRoles = map[string][]Role{
 	luciusv1.ConfigService_ListTenantConfigs_FullMethodName:  operatorOnly,
 	luciusv1.ConfigService_UpdateTenantConfig_FullMethodName: operatorOnly,
 	luciusv1.ConfigService_DeleteTenantConfig_FullMethodName: operatorOnly,
+	luciusv1.ConfigService_PauseWork_FullMethodName:          operatorOnly,
+	luciusv1.ConfigService_ResumeWork_FullMethodName:         operatorOnly,
+	luciusv1.ConfigService_ListPauses_FullMethodName:         operatorOnly,
 
 	luciusv1.RunbookService_ApplyRunbook_FullMethodName: operatorOnly,
 	luciusv1.RunbookService_GetRunbook_FullMethodName:   operatorOnly,

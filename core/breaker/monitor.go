@@ -230,7 +230,7 @@ func (m *Monitor) decide(ctx context.Context, b ledger.Breaker, o ledger.Service
 
 // releaseHeld dispatches up to n steps b holds and returns how many went.
 func (m *Monitor) releaseHeld(ctx context.Context, b ledger.Breaker, n int) (int, error) {
-	steps, err := m.store.HeldSteps(ctx, b.Service, min(n, releaseBatch))
+	steps, err := m.store.HeldSteps(ctx, ledger.HoldCircuit, b.Service, min(n, releaseBatch))
 	if err != nil {
 		return 0, err
 	}

@@ -87,6 +87,8 @@ type Snapshot struct {
 	Revision int64
 	Global   Global
 	Tenants  map[string]Tenant // by normalized tenant id
+	// Pauses are the operators' pauses in force.
+	Pauses []Pause
 }
 
 // Effective is what applies to one tenant after inheritance.

@@ -63,6 +63,9 @@ func (s *Store) Load(ctx context.Context) (*Snapshot, error) {
 		for _, t := range tenants {
 			snap.Tenants[t.TenantID] = t
 		}
+		if snap.Pauses, err = readPauses(ctx, tx); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, `SELECT revision FROM config_head`).Scan(&snap.Revision)
 	})
 	if err != nil {

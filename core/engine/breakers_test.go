@@ -11,6 +11,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/breaker"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
@@ -219,5 +220,69 @@ func TestBreakerReopensOnAFailedProbeAndResets(t *testing.T) {
 	}
 	if s := f.current(waiting.JobID); s.Status != ledger.StepDispatching || s.AttemptNo != 2 {
 		t.Fatalf("held retry after the reset: %s attempt %d", s.Status, s.AttemptNo)
+	}
+}
+
+// An operator's pause holds a job's next step (reason PAUSED) before its
+// breaker is even asked; once resumed, a step whose breaker is open waits on
+// for the breaker, and goes out when it closes.
+func TestPauseHoldsBeforeTheBreakerAndResumeHandsOver(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := f.ctx
+	live, err := config.Watch(ctx, f.store.Pool(), time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(live.Close)
+	cache := breaker.NewCache(f.store, breaker.Policy{}, slog.New(slog.DiscardHandler))
+	eng, err := engine.New(f.store, engine.Config{CallbackKeys: testCallbackKeys, Definitions: f.reg,
+		Callbacks: engine.Callbacks{GRPCTarget: "dns:///orchestrator:9091"}, WorkspaceRoot: "file:///tmp/ws", Now: f.clock.Now,
+		Breakers: cache, Pauses: live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.eng = eng
+	if _, err := live.Store().Pause(ctx, config.Pause{Scope: config.PauseTenant, Key: "acme", Reason: "incident", PausedBy: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := live.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.ChangeBreaker(ctx, ledger.BreakerChange{Service: "ocr", From: ledger.BreakerClosed, To: ledger.BreakerOpen,
+		Reason: "test", Principal: "test", RetryAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job := f.create(f.accept("OCR")) // tenant Acme, normalized acme
+	s := f.steps(job.JobID)[0]
+	if s.Status != ledger.StepReady || !strings.HasPrefix(s.Reason, engine.ReasonPaused) || !strings.Contains(s.Reason, "incident") {
+		t.Fatalf("a paused job's step: %s %q", s.Status, s.Reason)
+	}
+	held, err := f.store.HeldSteps(ctx, ledger.HoldPause, "", 10)
+	if err != nil || len(held) != 1 || held[0].Tenant != "acme" || held[0].Workflow != "OCR" {
+		t.Fatalf("pause holds: %+v %v", held, err)
+	}
+	if err := live.Store().Resume(ctx, config.PauseTenant, "acme", "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.eng.ReleaseHold(ctx, held[0]); err != nil {
+		t.Fatal(err)
+	}
+	s = f.steps(job.JobID)[0]
+	if s.Status != ledger.StepReady || !strings.HasPrefix(s.Reason, engine.ReasonCircuitOpen) || f.directives(job.JobID) != 0 {
+		t.Fatalf("resumed under an open breaker: %s %q, %d directives", s.Status, s.Reason, f.directives(job.JobID))
+	}
+	circuit, err := f.store.HeldSteps(ctx, ledger.HoldCircuit, "ocr", 10)
+	if err != nil || len(circuit) != 1 {
+		t.Fatalf("circuit holds: %+v %v", circuit, err)
+	}
+	if _, err := f.eng.ReleaseHold(ctx, circuit[0]); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.current(job.JobID); s.Status != ledger.StepDispatching || s.AttemptNo != 1 || f.directives(job.JobID) != 1 {
+		t.Fatalf("released by its breaker: %s attempt %d", s.Status, s.AttemptNo)
 	}
 }

@@ -49,8 +49,8 @@ const (
 // FAILED_RETRY, waiting, until a worker acknowledges it: cancelling the job
 // meanwhile cancels the step at once.
 func (r *run) newAttempt(ctx context.Context, s *ledger.Step, deliverAt time.Time, reason string) error {
-	if s.StepID != r.released && r.e.cfg.Breakers != nil && r.e.cfg.Breakers.Holding(s.Service) {
-		return r.hold(ctx, s)
+	if kind, why, held := r.holdFor(s); held {
+		return r.hold(ctx, s, kind, why)
 	}
 	s.AttemptNo++
 	s.LeaseID = uuid.NewString()

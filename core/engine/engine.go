@@ -58,7 +58,10 @@ type Config struct {
 	// directives; nil holds none. A held step waits READY (reason
 	// CIRCUIT_OPEN) until ReleaseHold dispatches it.
 	Breakers Breakers
-	Logger   *slog.Logger
+	// Pauses says which jobs an operator paused; nil pauses none. A paused
+	// job's next steps wait READY (reason PAUSED) until ReleaseHold.
+	Pauses Pauses
+	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }

@@ -3,11 +3,12 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"github.com/lucius-platform/lucius/core/auth"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lucius-platform/lucius/core/auth"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/pgtest"
@@ -29,7 +31,7 @@ var metrics *telemetrytest.Reader
 
 func TestMain(m *testing.M) {
 	metrics = telemetrytest.InstallGlobal()
-	pgtest.Main(m, ledger.Migrations)
+	pgtest.Main(m, ledger.Migrations, config.Migrations)
 }
 
 type fixture struct {

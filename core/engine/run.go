@@ -26,8 +26,8 @@ type run struct {
 	now    time.Time
 	// children caches fan-out children's results for this transaction.
 	children map[string][]ledger.ChildResult
-	// released is the step ReleaseHold dispatches past its breaker.
-	released string
+	// released is the step ReleaseHold dispatches, and the hold it skips.
+	released struct{ step, kind string }
 }
 
 // open loads the job's definition and node steps. The job must be locked.

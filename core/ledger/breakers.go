@@ -59,10 +59,17 @@ type ServiceOutcomes struct {
 	Ended, Failed, Succeeded int
 }
 
-// HeldStep is a step a breaker holds: READY, with no attempt out.
+// Kinds of hold: what keeps a step from being dispatched.
+const (
+	HoldCircuit = "circuit" // its service's circuit breaker
+	HoldPause   = "pause"   // an operator's pause
+)
+
+// HeldStep is a step held back: READY, with no attempt out.
 type HeldStep struct {
-	JobID, StepID, Service string
-	Priority               int
+	JobID, StepID, Kind, Service string
+	Tenant, Lane, Workflow       string
+	Priority                     int
 }
 
 // Breakers lists up to limit breakers (0: all) with a row, by service name
@@ -85,7 +92,7 @@ func (s *Store) Breaker(ctx context.Context, service string, limit int) (Breaker
 	b, err := scanBreaker(s.pool.QueryRow(ctx, sqlBreakers+` WHERE b.service = $1`, service))
 	if isNoRows(err) {
 		b, err = Breaker{Service: service, State: BreakerClosed}, nil
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM circuit_holds WHERE service = $1`, service).Scan(&b.Held); err != nil {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM step_holds WHERE kind = 'circuit' AND service = $1`, service).Scan(&b.Held); err != nil {
 			return b, nil, fmt.Errorf("breaker %s: %w", service, err)
 		}
 	}
@@ -182,28 +189,31 @@ func (s *Store) ServiceOutcomes(ctx context.Context, window time.Duration) ([]Se
 	return out, nil
 }
 
-// HeldSteps lists up to limit steps a service's breaker holds, in release
-// order: highest priority first, then the longest waiting.
-func (s *Store) HeldSteps(ctx context.Context, service string, limit int) ([]HeldStep, error) {
-	rows, err := s.pool.Query(ctx, `SELECT job_id, step_id, service, priority FROM circuit_holds
-	WHERE service = $1 ORDER BY priority DESC, held_at LIMIT $2`, service, limit)
+// HeldSteps lists up to limit steps held for kind (of service, for a
+// breaker; every paused step for pauses), in release order: highest
+// priority first, then the longest waiting.
+func (s *Store) HeldSteps(ctx context.Context, kind, service string, limit int) ([]HeldStep, error) {
+	rows, err := s.pool.Query(ctx, `SELECT job_id, step_id, kind, service, tenant_id, lane, workflow_id, priority FROM step_holds
+	WHERE kind = $1 AND ($2 = '' OR service = $2) ORDER BY priority DESC, held_at LIMIT $3`, kind, service, limit)
 	if err != nil {
-		return nil, fmt.Errorf("held steps of %s: %w", service, err)
+		return nil, fmt.Errorf("held steps (%s %s): %w", kind, service, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeldStep, error) {
 		var h HeldStep
-		return h, row.Scan(&h.JobID, &h.StepID, &h.Service, &h.Priority)
+		return h, row.Scan(&h.JobID, &h.StepID, &h.Kind, &h.Service, &h.Tenant, &h.Lane, &h.Workflow, &h.Priority)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("held steps of %s: %w", service, err)
+		return nil, fmt.Errorf("held steps (%s %s): %w", kind, service, err)
 	}
 	return out, nil
 }
 
-// HoldStep records that a breaker holds the step.
+// HoldStep records that the step is held back.
 func (t *Tx) HoldStep(ctx context.Context, h HeldStep) error {
-	if _, err := t.tx.Exec(ctx, `INSERT INTO circuit_holds (job_id, step_id, service, priority) VALUES ($1, $2, $3, $4)
-	ON CONFLICT (job_id, step_id) DO NOTHING`, h.JobID, h.StepID, h.Service, h.Priority); err != nil {
+	if _, err := t.tx.Exec(ctx, `INSERT INTO step_holds (job_id, step_id, kind, service, tenant_id, lane, workflow_id, priority)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	ON CONFLICT (job_id, step_id) DO UPDATE SET kind = excluded.kind`,
+		h.JobID, h.StepID, h.Kind, h.Service, h.Tenant, h.Lane, h.Workflow, h.Priority); err != nil {
 		return fmt.Errorf("hold step %s/%s: %w", h.JobID, h.StepID, err)
 	}
 	return nil
@@ -211,7 +221,7 @@ func (t *Tx) HoldStep(ctx context.Context, h HeldStep) error {
 
 // Unhold forgets a step's hold.
 func (t *Tx) Unhold(ctx context.Context, jobID, stepID string) error {
-	if _, err := t.tx.Exec(ctx, `DELETE FROM circuit_holds WHERE job_id = $1 AND step_id = $2`, jobID, stepID); err != nil {
+	if _, err := t.tx.Exec(ctx, `DELETE FROM step_holds WHERE job_id = $1 AND step_id = $2`, jobID, stepID); err != nil {
 		return fmt.Errorf("release hold %s/%s: %w", jobID, stepID, err)
 	}
 	return nil
@@ -228,7 +238,7 @@ func scanBreaker(row pgx.Row) (Breaker, error) {
 
 const (
 	sqlBreakers = `SELECT b.service, b.state, b.reason, b.failure_rate, b.attempts, b.since, b.retry_at, b.probes,
-	b.updated_at, b.updated_by, (SELECT count(*) FROM circuit_holds h WHERE h.service = b.service)
+	b.updated_at, b.updated_by, (SELECT count(*) FROM step_holds h WHERE h.kind = 'circuit' AND h.service = b.service)
 	FROM circuit_breakers b`
 
 	// sqlServiceOutcomes reads the attempts that ended in the last $1 µs
@@ -256,6 +266,41 @@ func (s *Store) HoldingServices(ctx context.Context) ([]string, error) {
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("holding services: %w", err)
+	}
+	return out, nil
+}
+
+// PauseSet is what operators paused: everything, or these tenants, lanes
+// and workflows.
+type PauseSet struct {
+	Global                    bool
+	Tenants, Lanes, Workflows []string
+}
+
+// FreedHolds lists up to limit steps held by a pause that no pause in set
+// holds any more, in release order.
+func (s *Store) FreedHolds(ctx context.Context, set PauseSet, limit int) ([]HeldStep, error) {
+	if set.Global {
+		return nil, nil
+	}
+	nonNil := func(v []string) []string {
+		if v == nil {
+			return []string{}
+		}
+		return v
+	}
+	rows, err := s.pool.Query(ctx, `SELECT job_id, step_id, kind, service, tenant_id, lane, workflow_id, priority FROM step_holds
+	WHERE kind = 'pause' AND tenant_id <> ALL($1) AND lane <> ALL($2) AND workflow_id <> ALL($3)
+	ORDER BY priority DESC, held_at LIMIT $4`, nonNil(set.Tenants), nonNil(set.Lanes), nonNil(set.Workflows), limit)
+	if err != nil {
+		return nil, fmt.Errorf("freed holds: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeldStep, error) {
+		var h HeldStep
+		return h, row.Scan(&h.JobID, &h.StepID, &h.Kind, &h.Service, &h.Tenant, &h.Lane, &h.Workflow, &h.Priority)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("freed holds: %w", err)
 	}
 	return out, nil
 }

@@ -290,7 +290,7 @@ const (
 	sqlCancelWaiting = `WITH w AS (
 		SELECT step_id, status FROM steps WHERE job_id = $1 AND status IN ('FAILED_RETRY', 'POLLING', 'READY') FOR UPDATE),
 	h AS (
-		DELETE FROM circuit_holds h USING w WHERE h.job_id = $1 AND h.step_id = w.step_id),
+		DELETE FROM step_holds h USING w WHERE h.job_id = $1 AND h.step_id = w.step_id),
 	s AS (
 		UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now()
 		FROM w WHERE steps.job_id = $1 AND steps.step_id = w.step_id

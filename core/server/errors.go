@@ -42,6 +42,10 @@ const (
 	ReasonTenantConfigNotFound = "TENANT_CONFIG_NOT_FOUND"
 	ReasonJobNotReplayable     = "JOB_NOT_REPLAYABLE"
 	ReasonInvalidPageToken     = "INVALID_PAGE_TOKEN"
+	// ReasonWorkPaused: an operator paused the work a command asks for, refusing submits.
+	ReasonWorkPaused = "WORK_PAUSED"
+	// ReasonPauseNotFound: a resume names nothing paused.
+	ReasonPauseNotFound = "PAUSE_NOT_FOUND"
 	// ReasonWatchBehind: a WatchJob stream fell too far behind and was ended; resume it.
 	ReasonWatchBehind = "WATCH_BEHIND"
 	// ReasonServiceNotServed: a worker announced a service its identity does not serve.

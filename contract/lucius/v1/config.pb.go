@@ -24,6 +24,462 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PauseScope says what a pause stops.
+type PauseScope int32
+
+const (
+	PauseScope_PAUSE_SCOPE_UNSPECIFIED PauseScope = 0
+	// Every job.
+	PauseScope_PAUSE_SCOPE_GLOBAL PauseScope = 1
+	// A tenant's jobs (key: the tenant id).
+	PauseScope_PAUSE_SCOPE_TENANT PauseScope = 2
+	// A lane's jobs (key: DEFAULT or BURST).
+	PauseScope_PAUSE_SCOPE_LANE PauseScope = 3
+	// A workflow's jobs (key: the workflow id).
+	PauseScope_PAUSE_SCOPE_WORKFLOW PauseScope = 4
+)
+
+// Enum value maps for PauseScope.
+var (
+	PauseScope_name = map[int32]string{
+		0: "PAUSE_SCOPE_UNSPECIFIED",
+		1: "PAUSE_SCOPE_GLOBAL",
+		2: "PAUSE_SCOPE_TENANT",
+		3: "PAUSE_SCOPE_LANE",
+		4: "PAUSE_SCOPE_WORKFLOW",
+	}
+	PauseScope_value = map[string]int32{
+		"PAUSE_SCOPE_UNSPECIFIED": 0,
+		"PAUSE_SCOPE_GLOBAL":      1,
+		"PAUSE_SCOPE_TENANT":      2,
+		"PAUSE_SCOPE_LANE":        3,
+		"PAUSE_SCOPE_WORKFLOW":    4,
+	}
+)
+
+func (x PauseScope) Enum() *PauseScope {
+	p := new(PauseScope)
+	*p = x
+	return p
+}
+
+func (x PauseScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PauseScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_lucius_v1_config_proto_enumTypes[0].Descriptor()
+}
+
+func (PauseScope) Type() protoreflect.EnumType {
+	return &file_lucius_v1_config_proto_enumTypes[0]
+}
+
+func (x PauseScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PauseScope.Descriptor instead.
+func (PauseScope) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{0}
+}
+
+// Pause is one pause in force.
+type Pause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	// The tenant, lane or workflow; empty for a global pause.
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PauseTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pause_time,json=pauseTime,proto3" json:"pause_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_lucius_v1_config_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Pause) GetScope() PauseScope {
+	if x != nil {
+		return x.Scope
+	}
+	return PauseScope_PAUSE_SCOPE_UNSPECIFIED
+}
+
+func (x *Pause) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Pause) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Pause) GetRefuseSubmits() bool {
+	if x != nil {
+		return x.RefuseSubmits
+	}
+	return false
+}
+
+func (x *Pause) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *Pause) GetPauseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PauseTime
+	}
+	return nil
+}
+
+// PauseWorkRequest names what to pause.
+type PauseWorkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseWorkRequest) Reset() {
+	*x = PauseWorkRequest{}
+	mi := &file_lucius_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseWorkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseWorkRequest) ProtoMessage() {}
+
+func (x *PauseWorkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseWorkRequest.ProtoReflect.Descriptor instead.
+func (*PauseWorkRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PauseWorkRequest) GetScope() PauseScope {
+	if x != nil {
+		return x.Scope
+	}
+	return PauseScope_PAUSE_SCOPE_UNSPECIFIED
+}
+
+func (x *PauseWorkRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PauseWorkRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PauseWorkRequest) GetRefuseSubmits() bool {
+	if x != nil {
+		return x.RefuseSubmits
+	}
+	return false
+}
+
+// PauseWorkResponse is the pause in force.
+type PauseWorkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pause         *Pause                 `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseWorkResponse) Reset() {
+	*x = PauseWorkResponse{}
+	mi := &file_lucius_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseWorkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseWorkResponse) ProtoMessage() {}
+
+func (x *PauseWorkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseWorkResponse.ProtoReflect.Descriptor instead.
+func (*PauseWorkResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PauseWorkResponse) GetPause() *Pause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+// ResumeWorkRequest names the pause to lift.
+type ResumeWorkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeWorkRequest) Reset() {
+	*x = ResumeWorkRequest{}
+	mi := &file_lucius_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeWorkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeWorkRequest) ProtoMessage() {}
+
+func (x *ResumeWorkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeWorkRequest.ProtoReflect.Descriptor instead.
+func (*ResumeWorkRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ResumeWorkRequest) GetScope() PauseScope {
+	if x != nil {
+		return x.Scope
+	}
+	return PauseScope_PAUSE_SCOPE_UNSPECIFIED
+}
+
+func (x *ResumeWorkRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// ResumeWorkResponse is empty: the pause is gone.
+type ResumeWorkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeWorkResponse) Reset() {
+	*x = ResumeWorkResponse{}
+	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeWorkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeWorkResponse) ProtoMessage() {}
+
+func (x *ResumeWorkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeWorkResponse.ProtoReflect.Descriptor instead.
+func (*ResumeWorkResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+// ListPausesRequest pages the pauses by scope and key.
+type ListPausesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPausesRequest) Reset() {
+	*x = ListPausesRequest{}
+	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPausesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPausesRequest) ProtoMessage() {}
+
+func (x *ListPausesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPausesRequest.ProtoReflect.Descriptor instead.
+func (*ListPausesRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListPausesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPausesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListPausesResponse lists the pauses in force.
+type ListPausesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pauses        []*Pause               `protobuf:"bytes,1,rep,name=pauses,proto3" json:"pauses,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPausesResponse) Reset() {
+	*x = ListPausesResponse{}
+	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPausesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPausesResponse) ProtoMessage() {}
+
+func (x *ListPausesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPausesResponse.ProtoReflect.Descriptor instead.
+func (*ListPausesResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListPausesResponse) GetPauses() []*Pause {
+	if x != nil {
+		return x.Pauses
+	}
+	return nil
+}
+
+func (x *ListPausesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // GlobalConfig holds the defaults every tenant inherits.
 type GlobalConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -48,7 +504,7 @@ type GlobalConfig struct {
 
 func (x *GlobalConfig) Reset() {
 	*x = GlobalConfig{}
-	mi := &file_lucius_v1_config_proto_msgTypes[0]
+	mi := &file_lucius_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +516,7 @@ func (x *GlobalConfig) String() string {
 func (*GlobalConfig) ProtoMessage() {}
 
 func (x *GlobalConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[0]
+	mi := &file_lucius_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +529,7 @@ func (x *GlobalConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalConfig.ProtoReflect.Descriptor instead.
 func (*GlobalConfig) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{0}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GlobalConfig) GetDefaultMode() Mode {
@@ -145,7 +601,7 @@ type AdmissionLimits struct {
 
 func (x *AdmissionLimits) Reset() {
 	*x = AdmissionLimits{}
-	mi := &file_lucius_v1_config_proto_msgTypes[1]
+	mi := &file_lucius_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +613,7 @@ func (x *AdmissionLimits) String() string {
 func (*AdmissionLimits) ProtoMessage() {}
 
 func (x *AdmissionLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[1]
+	mi := &file_lucius_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +626,7 @@ func (x *AdmissionLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionLimits.ProtoReflect.Descriptor instead.
 func (*AdmissionLimits) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdmissionLimits) GetGlobalMaxActiveJobs() int32 {
@@ -218,7 +674,7 @@ type RefPolicy struct {
 
 func (x *RefPolicy) Reset() {
 	*x = RefPolicy{}
-	mi := &file_lucius_v1_config_proto_msgTypes[2]
+	mi := &file_lucius_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +686,7 @@ func (x *RefPolicy) String() string {
 func (*RefPolicy) ProtoMessage() {}
 
 func (x *RefPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[2]
+	mi := &file_lucius_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +699,7 @@ func (x *RefPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefPolicy.ProtoReflect.Descriptor instead.
 func (*RefPolicy) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RefPolicy) GetSchemes() []string {
@@ -305,7 +761,7 @@ type TenantConfig struct {
 
 func (x *TenantConfig) Reset() {
 	*x = TenantConfig{}
-	mi := &file_lucius_v1_config_proto_msgTypes[3]
+	mi := &file_lucius_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +773,7 @@ func (x *TenantConfig) String() string {
 func (*TenantConfig) ProtoMessage() {}
 
 func (x *TenantConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[3]
+	mi := &file_lucius_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +786,7 @@ func (x *TenantConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantConfig.ProtoReflect.Descriptor instead.
 func (*TenantConfig) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TenantConfig) GetTenantId() string {
@@ -422,7 +878,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	mi := &file_lucius_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +890,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[4]
+	mi := &file_lucius_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +903,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RateLimit) GetRequestsPerSecond() float64 {
@@ -477,7 +933,7 @@ type KeyRateLimit struct {
 
 func (x *KeyRateLimit) Reset() {
 	*x = KeyRateLimit{}
-	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	mi := &file_lucius_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +945,7 @@ func (x *KeyRateLimit) String() string {
 func (*KeyRateLimit) ProtoMessage() {}
 
 func (x *KeyRateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[5]
+	mi := &file_lucius_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +958,7 @@ func (x *KeyRateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRateLimit.ProtoReflect.Descriptor instead.
 func (*KeyRateLimit) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyRateLimit) GetField() string {
@@ -535,7 +991,7 @@ type EffectiveConfig struct {
 
 func (x *EffectiveConfig) Reset() {
 	*x = EffectiveConfig{}
-	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	mi := &file_lucius_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +1003,7 @@ func (x *EffectiveConfig) String() string {
 func (*EffectiveConfig) ProtoMessage() {}
 
 func (x *EffectiveConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[6]
+	mi := &file_lucius_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +1016,7 @@ func (x *EffectiveConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectiveConfig.ProtoReflect.Descriptor instead.
 func (*EffectiveConfig) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EffectiveConfig) GetMode() Mode {
@@ -607,7 +1063,7 @@ type GetGlobalConfigRequest struct {
 
 func (x *GetGlobalConfigRequest) Reset() {
 	*x = GetGlobalConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[7]
+	mi := &file_lucius_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +1075,7 @@ func (x *GetGlobalConfigRequest) String() string {
 func (*GetGlobalConfigRequest) ProtoMessage() {}
 
 func (x *GetGlobalConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[7]
+	mi := &file_lucius_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +1088,7 @@ func (x *GetGlobalConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGlobalConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetGlobalConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{14}
 }
 
 // GetGlobalConfigResponse carries the globals.
@@ -645,7 +1101,7 @@ type GetGlobalConfigResponse struct {
 
 func (x *GetGlobalConfigResponse) Reset() {
 	*x = GetGlobalConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[8]
+	mi := &file_lucius_v1_config_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +1113,7 @@ func (x *GetGlobalConfigResponse) String() string {
 func (*GetGlobalConfigResponse) ProtoMessage() {}
 
 func (x *GetGlobalConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[8]
+	mi := &file_lucius_v1_config_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +1126,7 @@ func (x *GetGlobalConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGlobalConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetGlobalConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetGlobalConfigResponse) GetConfig() *GlobalConfig {
@@ -690,7 +1146,7 @@ type UpdateGlobalConfigRequest struct {
 
 func (x *UpdateGlobalConfigRequest) Reset() {
 	*x = UpdateGlobalConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[9]
+	mi := &file_lucius_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +1158,7 @@ func (x *UpdateGlobalConfigRequest) String() string {
 func (*UpdateGlobalConfigRequest) ProtoMessage() {}
 
 func (x *UpdateGlobalConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[9]
+	mi := &file_lucius_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +1171,7 @@ func (x *UpdateGlobalConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGlobalConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGlobalConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateGlobalConfigRequest) GetConfig() *GlobalConfig {
@@ -735,7 +1191,7 @@ type UpdateGlobalConfigResponse struct {
 
 func (x *UpdateGlobalConfigResponse) Reset() {
 	*x = UpdateGlobalConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[10]
+	mi := &file_lucius_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1203,7 @@ func (x *UpdateGlobalConfigResponse) String() string {
 func (*UpdateGlobalConfigResponse) ProtoMessage() {}
 
 func (x *UpdateGlobalConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[10]
+	mi := &file_lucius_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1216,7 @@ func (x *UpdateGlobalConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGlobalConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateGlobalConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateGlobalConfigResponse) GetConfig() *GlobalConfig {
@@ -780,7 +1236,7 @@ type GetTenantConfigRequest struct {
 
 func (x *GetTenantConfigRequest) Reset() {
 	*x = GetTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[11]
+	mi := &file_lucius_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1248,7 @@ func (x *GetTenantConfigRequest) String() string {
 func (*GetTenantConfigRequest) ProtoMessage() {}
 
 func (x *GetTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[11]
+	mi := &file_lucius_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1261,7 @@ func (x *GetTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTenantConfigRequest) GetTenantId() string {
@@ -826,7 +1282,7 @@ type GetTenantConfigResponse struct {
 
 func (x *GetTenantConfigResponse) Reset() {
 	*x = GetTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[12]
+	mi := &file_lucius_v1_config_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +1294,7 @@ func (x *GetTenantConfigResponse) String() string {
 func (*GetTenantConfigResponse) ProtoMessage() {}
 
 func (x *GetTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[12]
+	mi := &file_lucius_v1_config_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +1307,7 @@ func (x *GetTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetTenantConfigResponse) GetConfig() *TenantConfig {
@@ -879,7 +1335,7 @@ type ListTenantConfigsRequest struct {
 
 func (x *ListTenantConfigsRequest) Reset() {
 	*x = ListTenantConfigsRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[13]
+	mi := &file_lucius_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1347,7 @@ func (x *ListTenantConfigsRequest) String() string {
 func (*ListTenantConfigsRequest) ProtoMessage() {}
 
 func (x *ListTenantConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[13]
+	mi := &file_lucius_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1360,7 @@ func (x *ListTenantConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantConfigsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{13}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListTenantConfigsRequest) GetPageSize() int32 {
@@ -932,7 +1388,7 @@ type ListTenantConfigsResponse struct {
 
 func (x *ListTenantConfigsResponse) Reset() {
 	*x = ListTenantConfigsResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[14]
+	mi := &file_lucius_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1400,7 @@ func (x *ListTenantConfigsResponse) String() string {
 func (*ListTenantConfigsResponse) ProtoMessage() {}
 
 func (x *ListTenantConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[14]
+	mi := &file_lucius_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1413,7 @@ func (x *ListTenantConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantConfigsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{14}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListTenantConfigsResponse) GetConfigs() []*TenantConfig {
@@ -984,7 +1440,7 @@ type UpdateTenantConfigRequest struct {
 
 func (x *UpdateTenantConfigRequest) Reset() {
 	*x = UpdateTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[15]
+	mi := &file_lucius_v1_config_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1452,7 @@ func (x *UpdateTenantConfigRequest) String() string {
 func (*UpdateTenantConfigRequest) ProtoMessage() {}
 
 func (x *UpdateTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[15]
+	mi := &file_lucius_v1_config_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1465,7 @@ func (x *UpdateTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateTenantConfigRequest) GetConfig() *TenantConfig {
@@ -1029,7 +1485,7 @@ type UpdateTenantConfigResponse struct {
 
 func (x *UpdateTenantConfigResponse) Reset() {
 	*x = UpdateTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[16]
+	mi := &file_lucius_v1_config_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1497,7 @@ func (x *UpdateTenantConfigResponse) String() string {
 func (*UpdateTenantConfigResponse) ProtoMessage() {}
 
 func (x *UpdateTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[16]
+	mi := &file_lucius_v1_config_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1510,7 @@ func (x *UpdateTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateTenantConfigResponse) GetConfig() *TenantConfig {
@@ -1074,7 +1530,7 @@ type DeleteTenantConfigRequest struct {
 
 func (x *DeleteTenantConfigRequest) Reset() {
 	*x = DeleteTenantConfigRequest{}
-	mi := &file_lucius_v1_config_proto_msgTypes[17]
+	mi := &file_lucius_v1_config_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1542,7 @@ func (x *DeleteTenantConfigRequest) String() string {
 func (*DeleteTenantConfigRequest) ProtoMessage() {}
 
 func (x *DeleteTenantConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[17]
+	mi := &file_lucius_v1_config_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1555,7 @@ func (x *DeleteTenantConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantConfigRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteTenantConfigRequest) GetTenantId() string {
@@ -1118,7 +1574,7 @@ type DeleteTenantConfigResponse struct {
 
 func (x *DeleteTenantConfigResponse) Reset() {
 	*x = DeleteTenantConfigResponse{}
-	mi := &file_lucius_v1_config_proto_msgTypes[18]
+	mi := &file_lucius_v1_config_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1586,7 @@ func (x *DeleteTenantConfigResponse) String() string {
 func (*DeleteTenantConfigResponse) ProtoMessage() {}
 
 func (x *DeleteTenantConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_config_proto_msgTypes[18]
+	mi := &file_lucius_v1_config_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,14 +1599,43 @@ func (x *DeleteTenantConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantConfigResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_lucius_v1_config_proto_rawDescGZIP(), []int{25}
 }
 
 var File_lucius_v1_config_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xf2\x02\n" +
+	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xdd\x01\n" +
+	"\x05Pause\x12+\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeR\x05scope\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12%\n" +
+	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\x12\x1b\n" +
+	"\tpaused_by\x18\x05 \x01(\tR\bpausedBy\x129\n" +
+	"\n" +
+	"pause_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\"\xb0\x01\n" +
+	"\x10PauseWorkRequest\x127\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
+	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\x12 \n" +
+	"\x06reason\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x12%\n" +
+	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\";\n" +
+	"\x11PauseWorkResponse\x12&\n" +
+	"\x05pause\x18\x01 \x01(\v2\x10.lucius.v1.PauseR\x05pause\"h\n" +
+	"\x11ResumeWorkRequest\x127\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
+	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\"\x14\n" +
+	"\x12ResumeWorkResponse\"e\n" +
+	"\x11ListPausesRequest\x12'\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"f\n" +
+	"\x12ListPausesResponse\x12(\n" +
+	"\x06pauses\x18\x01 \x03(\v2\x10.lucius.v1.PauseR\x06pauses\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf2\x02\n" +
 	"\fGlobalConfig\x12<\n" +
 	"\fdefault_mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\vdefaultMode\x122\n" +
 	"\x06limits\x18\x02 \x01(\v2\x1a.lucius.v1.AdmissionLimitsR\x06limits\x123\n" +
@@ -1231,14 +1716,28 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"h\n" +
 	"\x19DeleteTenantConfigRequest\x12K\n" +
 	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x1c\n" +
-	"\x1aDeleteTenantConfigResponse2\xb1\x06\n" +
+	"\x1aDeleteTenantConfigResponse*\x89\x01\n" +
+	"\n" +
+	"PauseScope\x12\x1b\n" +
+	"\x17PAUSE_SCOPE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12PAUSE_SCOPE_GLOBAL\x10\x01\x12\x16\n" +
+	"\x12PAUSE_SCOPE_TENANT\x10\x02\x12\x14\n" +
+	"\x10PAUSE_SCOPE_LANE\x10\x03\x12\x18\n" +
+	"\x14PAUSE_SCOPE_WORKFLOW\x10\x042\xd8\b\n" +
 	"\rConfigService\x12s\n" +
 	"\x0fGetGlobalConfig\x12!.lucius.v1.GetGlobalConfigRequest\x1a\".lucius.v1.GetGlobalConfigResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/config/global\x12\x84\x01\n" +
 	"\x12UpdateGlobalConfig\x12$.lucius.v1.UpdateGlobalConfigRequest\x1a%.lucius.v1.UpdateGlobalConfigResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x06config\x1a\x11/v1/config/global\x12\x80\x01\n" +
 	"\x0fGetTenantConfig\x12!.lucius.v1.GetTenantConfigRequest\x1a\".lucius.v1.GetTenantConfigResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/config/tenants/{tenant_id}\x12z\n" +
 	"\x11ListTenantConfigs\x12#.lucius.v1.ListTenantConfigsRequest\x1a$.lucius.v1.ListTenantConfigsResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/config/tenants\x12\x98\x01\n" +
 	"\x12UpdateTenantConfig\x12$.lucius.v1.UpdateTenantConfigRequest\x1a%.lucius.v1.UpdateTenantConfigResponse\"5\x82\xd3\xe4\x93\x02/:\x06config\x1a%/v1/config/tenants/{config.tenant_id}\x12\x89\x01\n" +
-	"\x12DeleteTenantConfig\x12$.lucius.v1.DeleteTenantConfigRequest\x1a%.lucius.v1.DeleteTenantConfigResponse\"&\x82\xd3\xe4\x93\x02 *\x1e/v1/config/tenants/{tenant_id}B?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\x12DeleteTenantConfig\x12$.lucius.v1.DeleteTenantConfigRequest\x1a%.lucius.v1.DeleteTenantConfigResponse\"&\x82\xd3\xe4\x93\x02 *\x1e/v1/config/tenants/{tenant_id}\x12]\n" +
+	"\tPauseWork\x12\x1b.lucius.v1.PauseWorkRequest\x1a\x1c.lucius.v1.PauseWorkResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
+	"/v1/pauses\x12g\n" +
+	"\n" +
+	"ResumeWork\x12\x1c.lucius.v1.ResumeWorkRequest\x1a\x1d.lucius.v1.ResumeWorkResponse\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/pauses:resume\x12]\n" +
+	"\n" +
+	"ListPauses\x12\x1c.lucius.v1.ListPausesRequest\x1a\x1d.lucius.v1.ListPausesResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/pausesB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_config_proto_rawDescOnce sync.Once
@@ -1252,70 +1751,91 @@ func file_lucius_v1_config_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_config_proto_rawDescData
 }
 
-var file_lucius_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_lucius_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lucius_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_lucius_v1_config_proto_goTypes = []any{
-	(*GlobalConfig)(nil),               // 0: lucius.v1.GlobalConfig
-	(*AdmissionLimits)(nil),            // 1: lucius.v1.AdmissionLimits
-	(*RefPolicy)(nil),                  // 2: lucius.v1.RefPolicy
-	(*TenantConfig)(nil),               // 3: lucius.v1.TenantConfig
-	(*RateLimit)(nil),                  // 4: lucius.v1.RateLimit
-	(*KeyRateLimit)(nil),               // 5: lucius.v1.KeyRateLimit
-	(*EffectiveConfig)(nil),            // 6: lucius.v1.EffectiveConfig
-	(*GetGlobalConfigRequest)(nil),     // 7: lucius.v1.GetGlobalConfigRequest
-	(*GetGlobalConfigResponse)(nil),    // 8: lucius.v1.GetGlobalConfigResponse
-	(*UpdateGlobalConfigRequest)(nil),  // 9: lucius.v1.UpdateGlobalConfigRequest
-	(*UpdateGlobalConfigResponse)(nil), // 10: lucius.v1.UpdateGlobalConfigResponse
-	(*GetTenantConfigRequest)(nil),     // 11: lucius.v1.GetTenantConfigRequest
-	(*GetTenantConfigResponse)(nil),    // 12: lucius.v1.GetTenantConfigResponse
-	(*ListTenantConfigsRequest)(nil),   // 13: lucius.v1.ListTenantConfigsRequest
-	(*ListTenantConfigsResponse)(nil),  // 14: lucius.v1.ListTenantConfigsResponse
-	(*UpdateTenantConfigRequest)(nil),  // 15: lucius.v1.UpdateTenantConfigRequest
-	(*UpdateTenantConfigResponse)(nil), // 16: lucius.v1.UpdateTenantConfigResponse
-	(*DeleteTenantConfigRequest)(nil),  // 17: lucius.v1.DeleteTenantConfigRequest
-	(*DeleteTenantConfigResponse)(nil), // 18: lucius.v1.DeleteTenantConfigResponse
-	(Mode)(0),                          // 19: lucius.v1.Mode
-	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
+	(PauseScope)(0),                    // 0: lucius.v1.PauseScope
+	(*Pause)(nil),                      // 1: lucius.v1.Pause
+	(*PauseWorkRequest)(nil),           // 2: lucius.v1.PauseWorkRequest
+	(*PauseWorkResponse)(nil),          // 3: lucius.v1.PauseWorkResponse
+	(*ResumeWorkRequest)(nil),          // 4: lucius.v1.ResumeWorkRequest
+	(*ResumeWorkResponse)(nil),         // 5: lucius.v1.ResumeWorkResponse
+	(*ListPausesRequest)(nil),          // 6: lucius.v1.ListPausesRequest
+	(*ListPausesResponse)(nil),         // 7: lucius.v1.ListPausesResponse
+	(*GlobalConfig)(nil),               // 8: lucius.v1.GlobalConfig
+	(*AdmissionLimits)(nil),            // 9: lucius.v1.AdmissionLimits
+	(*RefPolicy)(nil),                  // 10: lucius.v1.RefPolicy
+	(*TenantConfig)(nil),               // 11: lucius.v1.TenantConfig
+	(*RateLimit)(nil),                  // 12: lucius.v1.RateLimit
+	(*KeyRateLimit)(nil),               // 13: lucius.v1.KeyRateLimit
+	(*EffectiveConfig)(nil),            // 14: lucius.v1.EffectiveConfig
+	(*GetGlobalConfigRequest)(nil),     // 15: lucius.v1.GetGlobalConfigRequest
+	(*GetGlobalConfigResponse)(nil),    // 16: lucius.v1.GetGlobalConfigResponse
+	(*UpdateGlobalConfigRequest)(nil),  // 17: lucius.v1.UpdateGlobalConfigRequest
+	(*UpdateGlobalConfigResponse)(nil), // 18: lucius.v1.UpdateGlobalConfigResponse
+	(*GetTenantConfigRequest)(nil),     // 19: lucius.v1.GetTenantConfigRequest
+	(*GetTenantConfigResponse)(nil),    // 20: lucius.v1.GetTenantConfigResponse
+	(*ListTenantConfigsRequest)(nil),   // 21: lucius.v1.ListTenantConfigsRequest
+	(*ListTenantConfigsResponse)(nil),  // 22: lucius.v1.ListTenantConfigsResponse
+	(*UpdateTenantConfigRequest)(nil),  // 23: lucius.v1.UpdateTenantConfigRequest
+	(*UpdateTenantConfigResponse)(nil), // 24: lucius.v1.UpdateTenantConfigResponse
+	(*DeleteTenantConfigRequest)(nil),  // 25: lucius.v1.DeleteTenantConfigRequest
+	(*DeleteTenantConfigResponse)(nil), // 26: lucius.v1.DeleteTenantConfigResponse
+	(*timestamppb.Timestamp)(nil),      // 27: google.protobuf.Timestamp
+	(Mode)(0),                          // 28: lucius.v1.Mode
 }
 var file_lucius_v1_config_proto_depIdxs = []int32{
-	19, // 0: lucius.v1.GlobalConfig.default_mode:type_name -> lucius.v1.Mode
-	1,  // 1: lucius.v1.GlobalConfig.limits:type_name -> lucius.v1.AdmissionLimits
-	2,  // 2: lucius.v1.GlobalConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	20, // 3: lucius.v1.GlobalConfig.update_time:type_name -> google.protobuf.Timestamp
-	19, // 4: lucius.v1.TenantConfig.mode:type_name -> lucius.v1.Mode
-	19, // 5: lucius.v1.TenantConfig.allowed_modes:type_name -> lucius.v1.Mode
-	2,  // 6: lucius.v1.TenantConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	20, // 7: lucius.v1.TenantConfig.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 8: lucius.v1.TenantConfig.request_rate:type_name -> lucius.v1.RateLimit
-	5,  // 9: lucius.v1.TenantConfig.key_rate_limits:type_name -> lucius.v1.KeyRateLimit
-	4,  // 10: lucius.v1.KeyRateLimit.rate:type_name -> lucius.v1.RateLimit
-	19, // 11: lucius.v1.EffectiveConfig.mode:type_name -> lucius.v1.Mode
-	19, // 12: lucius.v1.EffectiveConfig.allowed_modes:type_name -> lucius.v1.Mode
-	2,  // 13: lucius.v1.EffectiveConfig.ref_policy:type_name -> lucius.v1.RefPolicy
-	0,  // 14: lucius.v1.GetGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
-	0,  // 15: lucius.v1.UpdateGlobalConfigRequest.config:type_name -> lucius.v1.GlobalConfig
-	0,  // 16: lucius.v1.UpdateGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
-	3,  // 17: lucius.v1.GetTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
-	6,  // 18: lucius.v1.GetTenantConfigResponse.effective:type_name -> lucius.v1.EffectiveConfig
-	3,  // 19: lucius.v1.ListTenantConfigsResponse.configs:type_name -> lucius.v1.TenantConfig
-	3,  // 20: lucius.v1.UpdateTenantConfigRequest.config:type_name -> lucius.v1.TenantConfig
-	3,  // 21: lucius.v1.UpdateTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
-	7,  // 22: lucius.v1.ConfigService.GetGlobalConfig:input_type -> lucius.v1.GetGlobalConfigRequest
-	9,  // 23: lucius.v1.ConfigService.UpdateGlobalConfig:input_type -> lucius.v1.UpdateGlobalConfigRequest
-	11, // 24: lucius.v1.ConfigService.GetTenantConfig:input_type -> lucius.v1.GetTenantConfigRequest
-	13, // 25: lucius.v1.ConfigService.ListTenantConfigs:input_type -> lucius.v1.ListTenantConfigsRequest
-	15, // 26: lucius.v1.ConfigService.UpdateTenantConfig:input_type -> lucius.v1.UpdateTenantConfigRequest
-	17, // 27: lucius.v1.ConfigService.DeleteTenantConfig:input_type -> lucius.v1.DeleteTenantConfigRequest
-	8,  // 28: lucius.v1.ConfigService.GetGlobalConfig:output_type -> lucius.v1.GetGlobalConfigResponse
-	10, // 29: lucius.v1.ConfigService.UpdateGlobalConfig:output_type -> lucius.v1.UpdateGlobalConfigResponse
-	12, // 30: lucius.v1.ConfigService.GetTenantConfig:output_type -> lucius.v1.GetTenantConfigResponse
-	14, // 31: lucius.v1.ConfigService.ListTenantConfigs:output_type -> lucius.v1.ListTenantConfigsResponse
-	16, // 32: lucius.v1.ConfigService.UpdateTenantConfig:output_type -> lucius.v1.UpdateTenantConfigResponse
-	18, // 33: lucius.v1.ConfigService.DeleteTenantConfig:output_type -> lucius.v1.DeleteTenantConfigResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	0,  // 0: lucius.v1.Pause.scope:type_name -> lucius.v1.PauseScope
+	27, // 1: lucius.v1.Pause.pause_time:type_name -> google.protobuf.Timestamp
+	0,  // 2: lucius.v1.PauseWorkRequest.scope:type_name -> lucius.v1.PauseScope
+	1,  // 3: lucius.v1.PauseWorkResponse.pause:type_name -> lucius.v1.Pause
+	0,  // 4: lucius.v1.ResumeWorkRequest.scope:type_name -> lucius.v1.PauseScope
+	1,  // 5: lucius.v1.ListPausesResponse.pauses:type_name -> lucius.v1.Pause
+	28, // 6: lucius.v1.GlobalConfig.default_mode:type_name -> lucius.v1.Mode
+	9,  // 7: lucius.v1.GlobalConfig.limits:type_name -> lucius.v1.AdmissionLimits
+	10, // 8: lucius.v1.GlobalConfig.ref_policy:type_name -> lucius.v1.RefPolicy
+	27, // 9: lucius.v1.GlobalConfig.update_time:type_name -> google.protobuf.Timestamp
+	28, // 10: lucius.v1.TenantConfig.mode:type_name -> lucius.v1.Mode
+	28, // 11: lucius.v1.TenantConfig.allowed_modes:type_name -> lucius.v1.Mode
+	10, // 12: lucius.v1.TenantConfig.ref_policy:type_name -> lucius.v1.RefPolicy
+	27, // 13: lucius.v1.TenantConfig.update_time:type_name -> google.protobuf.Timestamp
+	12, // 14: lucius.v1.TenantConfig.request_rate:type_name -> lucius.v1.RateLimit
+	13, // 15: lucius.v1.TenantConfig.key_rate_limits:type_name -> lucius.v1.KeyRateLimit
+	12, // 16: lucius.v1.KeyRateLimit.rate:type_name -> lucius.v1.RateLimit
+	28, // 17: lucius.v1.EffectiveConfig.mode:type_name -> lucius.v1.Mode
+	28, // 18: lucius.v1.EffectiveConfig.allowed_modes:type_name -> lucius.v1.Mode
+	10, // 19: lucius.v1.EffectiveConfig.ref_policy:type_name -> lucius.v1.RefPolicy
+	8,  // 20: lucius.v1.GetGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
+	8,  // 21: lucius.v1.UpdateGlobalConfigRequest.config:type_name -> lucius.v1.GlobalConfig
+	8,  // 22: lucius.v1.UpdateGlobalConfigResponse.config:type_name -> lucius.v1.GlobalConfig
+	11, // 23: lucius.v1.GetTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
+	14, // 24: lucius.v1.GetTenantConfigResponse.effective:type_name -> lucius.v1.EffectiveConfig
+	11, // 25: lucius.v1.ListTenantConfigsResponse.configs:type_name -> lucius.v1.TenantConfig
+	11, // 26: lucius.v1.UpdateTenantConfigRequest.config:type_name -> lucius.v1.TenantConfig
+	11, // 27: lucius.v1.UpdateTenantConfigResponse.config:type_name -> lucius.v1.TenantConfig
+	15, // 28: lucius.v1.ConfigService.GetGlobalConfig:input_type -> lucius.v1.GetGlobalConfigRequest
+	17, // 29: lucius.v1.ConfigService.UpdateGlobalConfig:input_type -> lucius.v1.UpdateGlobalConfigRequest
+	19, // 30: lucius.v1.ConfigService.GetTenantConfig:input_type -> lucius.v1.GetTenantConfigRequest
+	21, // 31: lucius.v1.ConfigService.ListTenantConfigs:input_type -> lucius.v1.ListTenantConfigsRequest
+	23, // 32: lucius.v1.ConfigService.UpdateTenantConfig:input_type -> lucius.v1.UpdateTenantConfigRequest
+	25, // 33: lucius.v1.ConfigService.DeleteTenantConfig:input_type -> lucius.v1.DeleteTenantConfigRequest
+	2,  // 34: lucius.v1.ConfigService.PauseWork:input_type -> lucius.v1.PauseWorkRequest
+	4,  // 35: lucius.v1.ConfigService.ResumeWork:input_type -> lucius.v1.ResumeWorkRequest
+	6,  // 36: lucius.v1.ConfigService.ListPauses:input_type -> lucius.v1.ListPausesRequest
+	16, // 37: lucius.v1.ConfigService.GetGlobalConfig:output_type -> lucius.v1.GetGlobalConfigResponse
+	18, // 38: lucius.v1.ConfigService.UpdateGlobalConfig:output_type -> lucius.v1.UpdateGlobalConfigResponse
+	20, // 39: lucius.v1.ConfigService.GetTenantConfig:output_type -> lucius.v1.GetTenantConfigResponse
+	22, // 40: lucius.v1.ConfigService.ListTenantConfigs:output_type -> lucius.v1.ListTenantConfigsResponse
+	24, // 41: lucius.v1.ConfigService.UpdateTenantConfig:output_type -> lucius.v1.UpdateTenantConfigResponse
+	26, // 42: lucius.v1.ConfigService.DeleteTenantConfig:output_type -> lucius.v1.DeleteTenantConfigResponse
+	3,  // 43: lucius.v1.ConfigService.PauseWork:output_type -> lucius.v1.PauseWorkResponse
+	5,  // 44: lucius.v1.ConfigService.ResumeWork:output_type -> lucius.v1.ResumeWorkResponse
+	7,  // 45: lucius.v1.ConfigService.ListPauses:output_type -> lucius.v1.ListPausesResponse
+	37, // [37:46] is the sub-list for method output_type
+	28, // [28:37] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_config_proto_init() }
@@ -1324,19 +1844,20 @@ func file_lucius_v1_config_proto_init() {
 		return
 	}
 	file_lucius_v1_command_proto_init()
-	file_lucius_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
+	file_lucius_v1_config_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_config_proto_rawDesc), len(file_lucius_v1_config_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   19,
+			NumEnums:      1,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_lucius_v1_config_proto_goTypes,
 		DependencyIndexes: file_lucius_v1_config_proto_depIdxs,
+		EnumInfos:         file_lucius_v1_config_proto_enumTypes,
 		MessageInfos:      file_lucius_v1_config_proto_msgTypes,
 	}.Build()
 	File_lucius_v1_config_proto = out.File

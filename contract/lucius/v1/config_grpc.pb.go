@@ -25,6 +25,9 @@ const (
 	ConfigService_ListTenantConfigs_FullMethodName  = "/lucius.v1.ConfigService/ListTenantConfigs"
 	ConfigService_UpdateTenantConfig_FullMethodName = "/lucius.v1.ConfigService/UpdateTenantConfig"
 	ConfigService_DeleteTenantConfig_FullMethodName = "/lucius.v1.ConfigService/DeleteTenantConfig"
+	ConfigService_PauseWork_FullMethodName          = "/lucius.v1.ConfigService/PauseWork"
+	ConfigService_ResumeWork_FullMethodName         = "/lucius.v1.ConfigService/ResumeWork"
+	ConfigService_ListPauses_FullMethodName         = "/lucius.v1.ConfigService/ListPauses"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -54,6 +57,17 @@ type ConfigServiceClient interface {
 	UpdateTenantConfig(ctx context.Context, in *UpdateTenantConfigRequest, opts ...grpc.CallOption) (*UpdateTenantConfigResponse, error)
 	// DeleteTenantConfig removes a tenant's overrides; it inherits the globals.
 	DeleteTenantConfig(ctx context.Context, in *DeleteTenantConfigRequest, opts ...grpc.CallOption) (*DeleteTenantConfigResponse, error)
+	// PauseWork pauses all work, a tenant's, a lane's or a workflow's: no new
+	// step of a matching job is dispatched (it waits READY, reason PAUSED);
+	// steps in flight finish. Submits are still accepted unless
+	// refuse_submits (then 503 WORK_PAUSED). Pausing again replaces the
+	// pause's reason and refuse_submits. Audited with the principal.
+	PauseWork(ctx context.Context, in *PauseWorkRequest, opts ...grpc.CallOption) (*PauseWorkResponse, error)
+	// ResumeWork lifts a pause: the steps it held are dispatched within a
+	// second. NOT_FOUND (PAUSE_NOT_FOUND) when nothing is paused there.
+	ResumeWork(ctx context.Context, in *ResumeWorkRequest, opts ...grpc.CallOption) (*ResumeWorkResponse, error)
+	// ListPauses lists the pauses in force.
+	ListPauses(ctx context.Context, in *ListPausesRequest, opts ...grpc.CallOption) (*ListPausesResponse, error)
 }
 
 type configServiceClient struct {
@@ -124,6 +138,36 @@ func (c *configServiceClient) DeleteTenantConfig(ctx context.Context, in *Delete
 	return out, nil
 }
 
+func (c *configServiceClient) PauseWork(ctx context.Context, in *PauseWorkRequest, opts ...grpc.CallOption) (*PauseWorkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseWorkResponse)
+	err := c.cc.Invoke(ctx, ConfigService_PauseWork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ResumeWork(ctx context.Context, in *ResumeWorkRequest, opts ...grpc.CallOption) (*ResumeWorkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeWorkResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ResumeWork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ListPauses(ctx context.Context, in *ListPausesRequest, opts ...grpc.CallOption) (*ListPausesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPausesResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ListPauses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -151,6 +195,17 @@ type ConfigServiceServer interface {
 	UpdateTenantConfig(context.Context, *UpdateTenantConfigRequest) (*UpdateTenantConfigResponse, error)
 	// DeleteTenantConfig removes a tenant's overrides; it inherits the globals.
 	DeleteTenantConfig(context.Context, *DeleteTenantConfigRequest) (*DeleteTenantConfigResponse, error)
+	// PauseWork pauses all work, a tenant's, a lane's or a workflow's: no new
+	// step of a matching job is dispatched (it waits READY, reason PAUSED);
+	// steps in flight finish. Submits are still accepted unless
+	// refuse_submits (then 503 WORK_PAUSED). Pausing again replaces the
+	// pause's reason and refuse_submits. Audited with the principal.
+	PauseWork(context.Context, *PauseWorkRequest) (*PauseWorkResponse, error)
+	// ResumeWork lifts a pause: the steps it held are dispatched within a
+	// second. NOT_FOUND (PAUSE_NOT_FOUND) when nothing is paused there.
+	ResumeWork(context.Context, *ResumeWorkRequest) (*ResumeWorkResponse, error)
+	// ListPauses lists the pauses in force.
+	ListPauses(context.Context, *ListPausesRequest) (*ListPausesResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -178,6 +233,15 @@ func (UnimplementedConfigServiceServer) UpdateTenantConfig(context.Context, *Upd
 }
 func (UnimplementedConfigServiceServer) DeleteTenantConfig(context.Context, *DeleteTenantConfigRequest) (*DeleteTenantConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTenantConfig not implemented")
+}
+func (UnimplementedConfigServiceServer) PauseWork(context.Context, *PauseWorkRequest) (*PauseWorkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseWork not implemented")
+}
+func (UnimplementedConfigServiceServer) ResumeWork(context.Context, *ResumeWorkRequest) (*ResumeWorkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeWork not implemented")
+}
+func (UnimplementedConfigServiceServer) ListPauses(context.Context, *ListPausesRequest) (*ListPausesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPauses not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -308,6 +372,60 @@ func _ConfigService_DeleteTenantConfig_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_PauseWork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseWorkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).PauseWork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_PauseWork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).PauseWork(ctx, req.(*PauseWorkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ResumeWork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeWorkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ResumeWork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ResumeWork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ResumeWork(ctx, req.(*ResumeWorkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ListPauses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPausesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ListPauses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ListPauses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ListPauses(ctx, req.(*ListPausesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +456,18 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteTenantConfig",
 			Handler:    _ConfigService_DeleteTenantConfig_Handler,
+		},
+		{
+			MethodName: "PauseWork",
+			Handler:    _ConfigService_PauseWork_Handler,
+		},
+		{
+			MethodName: "ResumeWork",
+			Handler:    _ConfigService_ResumeWork_Handler,
+		},
+		{
+			MethodName: "ListPauses",
+			Handler:    _ConfigService_ListPauses_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -38,18 +38,24 @@ CREATE TABLE circuit_transitions (
 );
 CREATE INDEX circuit_transitions_service ON circuit_transitions (service, id DESC);
 
--- Steps a breaker holds: READY (reason CIRCUIT_OPEN) with no attempt out.
--- Released highest priority first, then oldest.
-CREATE TABLE circuit_holds (
-    job_id   text        NOT NULL,
-    step_id  text        NOT NULL,
-    service  text        NOT NULL,
-    priority smallint    NOT NULL DEFAULT 0,
-    held_at  timestamptz NOT NULL DEFAULT now(),
+-- Steps held back, READY with no attempt out: by their service's circuit
+-- breaker (kind circuit, reason CIRCUIT_OPEN) or by an operator's pause
+-- (kind pause, reason PAUSED). Released highest priority first, then oldest;
+-- tenant, lane and workflow say which pauses a held step waits for.
+CREATE TABLE step_holds (
+    job_id      text        NOT NULL,
+    step_id     text        NOT NULL,
+    kind        text        NOT NULL CHECK (kind IN ('circuit', 'pause')),
+    service     text        NOT NULL,
+    tenant_id   text        NOT NULL,
+    lane        text        NOT NULL,
+    workflow_id text        NOT NULL,
+    priority    smallint    NOT NULL DEFAULT 0,
+    held_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, step_id),
     FOREIGN KEY (job_id, step_id) REFERENCES steps (job_id, step_id) ON DELETE CASCADE
 );
-CREATE INDEX circuit_holds_release ON circuit_holds (service, priority DESC, held_at);
+CREATE INDEX step_holds_release ON step_holds (kind, service, priority DESC, held_at);
 
 -- The breakers' window: attempts that ended recently.
 CREATE INDEX attempts_completed ON attempts (completed_at) WHERE completed_at IS NOT NULL;

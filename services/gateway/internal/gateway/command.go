@@ -88,6 +88,12 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		s.count(ctx, "invalid", cmd.GetRequestType())
 		return nil, server.InvalidArgument(violations...).Err()
 	}
+	if p, paused := s.config.Current().Paused(a.tenant, string(a.route.Mode), a.workflow.ID); paused && p.RefuseSubmits {
+		s.count(ctx, "paused", cmd.GetRequestType())
+		return nil, server.Error(codes.Unavailable, server.ReasonWorkPaused,
+			p.Label()+" is paused by an operator and takes no new commands; retry after it resumes",
+			"scope", p.Scope, "key", p.Key).Err()
+	}
 	away, probe := s.gate.enter(a.tenant, a.limits.Tenant)
 	if away != nil {
 		// Refused at its limit a moment ago: refuse again without writing or

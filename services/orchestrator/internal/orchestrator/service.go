@@ -140,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	breakers := breaker.NewCache(store, cfg.Breakers, log)
 	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, Callbacks: callbacks,
-		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log, Breakers: breakers})
+		WorkspaceRoot: cfg.WorkspaceRoot, Logger: log, Breakers: breakers, Pauses: live})
 	if err != nil {
 		ep.Close()
 		return err

@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	breakers := breaker.NewCache(store, cfg.Breakers, log)
 	eng, err := engine.New(store, engine.Config{Definitions: workflows, CallbackKeys: cfg.CallbackKeys, CallbackTokenGrace: cfg.CallbackTokenGrace, WorkspaceRoot: cfg.WorkspaceRoot, Logger: log,
-		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}, Breakers: breakers})
+		Callbacks: engine.Callbacks{GRPCTarget: cfg.CallbackGRPCTarget, RESTBaseURL: cfg.CallbackRESTURL}, Breakers: breakers, Pauses: live})
 	if err != nil {
 		return err
 	}
@@ -197,6 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 		func(ctx context.Context) { runAll(ctx, metrics, loops) },
 		breakers.Run,
 		monitor.Run,
+		newResumer(store, eng, live, log).run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(background) }()
