@@ -10,9 +10,11 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
-// phasedWorkflow is one long PHASED step (services/worker-skeleton/examples/
-// phased): it checkpoints after each phase and resumes from the last one.
-const phasedWorkflow = `workflow_id: E2E_PHASED
+// phasedWorkflowYAML is a workflow id of one long PHASED step
+// (services/worker-skeleton/examples/phased), which checkpoints after each
+// phase and resumes from the last one, with the task's extra settings.
+func phasedWorkflowYAML(id, task string) string {
+	return `workflow_id: ` + id + `
 version: 1
 description: One step in phases that checkpoints after each.
 inputs:
@@ -23,32 +25,21 @@ nodes:
   phased:
     type: task
     handler: PHASED
-    timeout_seconds: 120
     params: {phases: "{{ inputs.phases }}", phase_ms: "{{ inputs.phase_ms }}"}
-    next: END
+` + task + `    next: END
   END: {type: end}
 `
+}
 
-// phasedShortLeaseWorkflow is the same step with a 3 s lease (kept alive by
-// heartbeats) and three attempts: a worker that dies loses the attempt
-// within seconds and the step's next attempt runs.
-const phasedShortLeaseWorkflow = `workflow_id: E2E_PHASED_SHORT_LEASE
-version: 1
-description: One step in phases with a 3s lease.
-inputs:
-  phases: {type: integer, required: true}
-  phase_ms: {type: integer, required: true}
-nodes:
-  START: {type: start, next: phased}
-  phased:
-    type: task
-    handler: PHASED
-    timeout_seconds: 3
-    retry: {max_attempts: 3, backoff: fixed, initial_delay_seconds: 1}
-    params: {phases: "{{ inputs.phases }}", phase_ms: "{{ inputs.phase_ms }}"}
-    next: END
-  END: {type: end}
-`
+var (
+	// phasedWorkflow leases the step for 2 minutes.
+	phasedWorkflow = phasedWorkflowYAML("E2E_PHASED", "    timeout_seconds: 120\n")
+	// phasedShortLeaseWorkflow leases it for 3 s (kept alive by heartbeats)
+	// with three attempts: a worker that dies loses the attempt within
+	// seconds and the step's next attempt runs.
+	phasedShortLeaseWorkflow = phasedWorkflowYAML("E2E_PHASED_SHORT_LEASE",
+		"    timeout_seconds: 3\n    retry: {max_attempts: 3, backoff: fixed, initial_delay_seconds: 1}\n")
+)
 
 // The example's service (its worker process) and checkpoint name.
 const phasedWorker, phasedCheckpoint = "worker-phased", "progress"

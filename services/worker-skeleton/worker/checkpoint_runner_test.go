@@ -57,12 +57,7 @@ func TestRunnerShutdownLetsTheExecutorCheckpointThenReleasesTheAttempt(t *testin
 	exec := phasedExecutor(runs, started)
 	e.start(exec)
 	d := e.directive("file:///unused")
-	e.publish(d, msgID(d, ""), nil)
-	select {
-	case <-started:
-	case <-time.After(eventually):
-		t.Fatal("executor never started")
-	}
+	e.publishUntilStarted(d, started)
 	e.stop()
 
 	if _, results := e.orch.calls(); len(results) != 0 {

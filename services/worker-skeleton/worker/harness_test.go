@@ -312,6 +312,18 @@ func (e *env) waitFor(what string, cond func() bool) {
 	}
 }
 
+// publishUntilStarted publishes d and waits until its executor signals on
+// started (a send or a close).
+func (e *env) publishUntilStarted(d *luciusv1.Directive, started <-chan struct{}) {
+	e.t.Helper()
+	e.publish(d, msgID(d, ""), nil)
+	select {
+	case <-started:
+	case <-time.After(eventually):
+		e.t.Fatal("executor never started")
+	}
+}
+
 // writeInput writes a job input file and returns its file:// URL.
 func (e *env) writeInput(name string, data []byte) string {
 	e.t.Helper()
