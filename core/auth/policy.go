@@ -67,10 +67,11 @@ var MethodRoles = map[string][]Role{
 	luciusv1.WorkerService_RegisterWorker_FullMethodName: workerOnly,
 	luciusv1.WorkerService_ListWorkers_FullMethodName:    operatorOnly,
 
-	luciusv1.CallbackService_Ack_FullMethodName:          workerOnly,
-	luciusv1.CallbackService_Result_FullMethodName:       workerOnly,
-	luciusv1.CallbackService_Heartbeat_FullMethodName:    workerOnly,
-	luciusv1.CallbackService_GetDirective_FullMethodName: workerOnly,
+	luciusv1.CallbackService_Ack_FullMethodName:              workerOnly,
+	luciusv1.CallbackService_Result_FullMethodName:           workerOnly,
+	luciusv1.CallbackService_Heartbeat_FullMethodName:        workerOnly,
+	luciusv1.CallbackService_GetDirective_FullMethodName:     workerOnly,
+	luciusv1.CallbackService_RecordCheckpoint_FullMethodName: workerOnly,
 
 	// Reflection describes the API, not its data: any authenticated caller.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      anyRole,

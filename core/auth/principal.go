@@ -27,8 +27,8 @@ const (
 	// RoleOperator may do anything, for any tenant: configuration,
 	// workflows, runbooks, dead letters, replay.
 	RoleOperator Role = "operator"
-	// RoleWorker calls Ack, Result and Heartbeat, for the directives of the
-	// services its identity names.
+	// RoleWorker calls Ack, Result, Heartbeat, RecordCheckpoint and
+	// GetDirective, for the directives of the services its identity names.
 	RoleWorker Role = "worker"
 )
 

@@ -85,6 +85,9 @@ const (
 	EventBusDeadLetter     = "BUS_DEAD_LETTER"
 	EventRequestRequeued   = "JOB_REQUEST_REQUEUED"
 	EventCallbackRefused   = "CALLBACK_REFUSED"
+	// EventCheckpointSaved: an executing attempt saved a checkpoint of its
+	// progress (data: checkpoint_name, uri, size_bytes, sha256, worker_id).
+	EventCheckpointSaved = "CHECKPOINT_SAVED"
 )
 
 // Outbox message kinds.

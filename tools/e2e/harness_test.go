@@ -67,7 +67,7 @@ nodes:
   END: {type: end}
 `
 
-const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n  - {name: E2E_WATCH, service: demo}\n"
+const manualHandlers = "handlers:\n  - {name: MANUAL, service: manual}\n  - {name: E2E_WATCH, service: demo}\n  - {name: PHASED, service: phased}\n"
 
 // polledWorkflow is one task of the demo pool (its payload's outcome says
 // how it answers: poll:N, poll) polled every second for up to 4 s.
@@ -140,6 +140,8 @@ type suiteOptions struct {
 	processEnv map[string]map[string]string
 	// azurite starts the Azure Storage emulator for az:// refs (Stack.Azurite).
 	azurite bool
+	// workers replaces the stack's default worker processes (stack.Config.Workers).
+	workers []string
 }
 
 func startSuite(t *testing.T, opts suiteOptions) *suite {
@@ -154,7 +156,8 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 		t.Fatal(err)
 	}
 	for name, body := range map[string]string{"E2E_MANUAL.yaml": manualWorkflow, "E2E_FLAKY.yaml": flakyWorkflow,
-		"E2E_SLOW_OCR.yaml": slowOCRWorkflow, "E2E_POLLED.yaml": polledWorkflow, "handlers.yaml": manualHandlers} {
+		"E2E_SLOW_OCR.yaml": slowOCRWorkflow, "E2E_POLLED.yaml": polledWorkflow, "E2E_PHASED.yaml": phasedWorkflow,
+		"E2E_PHASED_SHORT_LEASE.yaml": phasedShortLeaseWorkflow, "handlers.yaml": manualHandlers} {
 		if err := os.WriteFile(filepath.Join(workflows, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +171,7 @@ func startSuite(t *testing.T, opts suiteOptions) *suite {
 	logs := &stack.LogBuffer{}
 	s, err := stack.Start(ctx, stack.Config{BinDir: binDir, DataDir: dir, DatabaseURL: pgtest.NewDB(t), FreePorts: true,
 		FileRoots: []string{filepath.Join(dir, "inputs")}, Env: env, ProcessEnv: opts.processEnv, Output: logs, Bus: e2eBus,
-		Azurite: opts.azurite})
+		Azurite: opts.azurite, Workers: opts.workers})
 	if err != nil {
 		t.Logf("suite logs:\n%s", logs.Tail(200))
 		t.Fatal(err)

@@ -302,6 +302,10 @@ func (s *Stack) Process(name string) *Process { return s.procs[name] }
 // Kill sends SIGKILL to a process and waits for it to die.
 func (s *Stack) Kill(name string) error { return s.signal(name, syscall.SIGKILL) }
 
+// Terminate sends SIGTERM to a process and waits for it to exit (after its
+// own shutdown grace).
+func (s *Stack) Terminate(name string) error { return s.signal(name, syscall.SIGTERM) }
+
 // Signal sends sig to a process (SIGSTOP and SIGCONT freeze and resume it).
 func (s *Stack) Signal(name string, sig syscall.Signal) error {
 	p := s.procs[name]

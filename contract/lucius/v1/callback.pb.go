@@ -630,6 +630,202 @@ func (x *HeartbeatRequest) GetCorrelationId() string {
 	return ""
 }
 
+// RecordCheckpointRequest reports one checkpoint an attempt saved. Checkpoints
+// live in the job's workspace under the step, not the attempt, so a later
+// attempt of the same step (or a redelivery of this one) resumes from them.
+type RecordCheckpointRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The name the handler saved the checkpoint under (e.g. "progress").
+	CheckpointName string `protobuf:"bytes,5,opt,name=checkpoint_name,json=checkpointName,proto3" json:"checkpoint_name,omitempty"`
+	// Where the checkpoint is stored (file:// or az://).
+	Uri       string `protobuf:"bytes,6,opt,name=uri,proto3" json:"uri,omitempty"`
+	SizeBytes int64  `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Lowercase hex SHA-256 of the checkpoint's content.
+	Sha256 string `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// When the worker finished writing it.
+	SaveTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=save_time,json=saveTime,proto3" json:"save_time,omitempty"`
+	WorkerId string                 `protobuf:"bytes,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The attempt's latest callback token (see HeartbeatRequest).
+	CallbackToken string `protobuf:"bytes,11,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
+	// The directive's correlation_id, echoed (see AckRequest).
+	CorrelationId string `protobuf:"bytes,12,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordCheckpointRequest) Reset() {
+	*x = RecordCheckpointRequest{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCheckpointRequest) ProtoMessage() {}
+
+func (x *RecordCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*RecordCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RecordCheckpointRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetAttemptNo() int32 {
+	if x != nil {
+		return x.AttemptNo
+	}
+	return 0
+}
+
+func (x *RecordCheckpointRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetCheckpointName() string {
+	if x != nil {
+		return x.CheckpointName
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *RecordCheckpointRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetSaveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SaveTime
+	}
+	return nil
+}
+
+func (x *RecordCheckpointRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetCallbackToken() string {
+	if x != nil {
+		return x.CallbackToken
+	}
+	return ""
+}
+
+func (x *RecordCheckpointRequest) GetCorrelationId() string {
+	if x != nil {
+		return x.CorrelationId
+	}
+	return ""
+}
+
+// RecordCheckpointResponse says whether the event was recorded.
+type RecordCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// APPLIED when the event was recorded; a stale outcome (STALE_ATTEMPT,
+	// LEASE_MISMATCH, AFTER_TERMINAL) when the attempt no longer owns the step.
+	Outcome       CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	StepStatus    StepStatus      `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordCheckpointResponse) Reset() {
+	*x = RecordCheckpointResponse{}
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCheckpointResponse) ProtoMessage() {}
+
+func (x *RecordCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*RecordCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RecordCheckpointResponse) GetOutcome() CallbackOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return CallbackOutcome_CALLBACK_OUTCOME_UNSPECIFIED
+}
+
+func (x *RecordCheckpointResponse) GetStepStatus() StepStatus {
+	if x != nil {
+		return x.StepStatus
+	}
+	return StepStatus_STEP_STATUS_UNSPECIFIED
+}
+
 // GetDirectiveRequest names the attempt whose detached directive a worker fetches.
 type GetDirectiveRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -645,7 +841,7 @@ type GetDirectiveRequest struct {
 
 func (x *GetDirectiveRequest) Reset() {
 	*x = GetDirectiveRequest{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	mi := &file_lucius_v1_callback_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +853,7 @@ func (x *GetDirectiveRequest) String() string {
 func (*GetDirectiveRequest) ProtoMessage() {}
 
 func (x *GetDirectiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[4]
+	mi := &file_lucius_v1_callback_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +866,7 @@ func (x *GetDirectiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDirectiveRequest.ProtoReflect.Descriptor instead.
 func (*GetDirectiveRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetDirectiveRequest) GetJobId() string {
@@ -718,7 +914,7 @@ type GetDirectiveResponse struct {
 
 func (x *GetDirectiveResponse) Reset() {
 	*x = GetDirectiveResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	mi := &file_lucius_v1_callback_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +926,7 @@ func (x *GetDirectiveResponse) String() string {
 func (*GetDirectiveResponse) ProtoMessage() {}
 
 func (x *GetDirectiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[5]
+	mi := &file_lucius_v1_callback_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +939,7 @@ func (x *GetDirectiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDirectiveResponse.ProtoReflect.Descriptor instead.
 func (*GetDirectiveResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDirectiveResponse) GetDirective() *Directive {
@@ -768,7 +964,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[6]
+	mi := &file_lucius_v1_callback_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +976,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[6]
+	mi := &file_lucius_v1_callback_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +989,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatResponse) GetOutcome() CallbackOutcome {
@@ -836,7 +1032,7 @@ type ResultResponse struct {
 
 func (x *ResultResponse) Reset() {
 	*x = ResultResponse{}
-	mi := &file_lucius_v1_callback_proto_msgTypes[7]
+	mi := &file_lucius_v1_callback_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1044,7 @@ func (x *ResultResponse) String() string {
 func (*ResultResponse) ProtoMessage() {}
 
 func (x *ResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_callback_proto_msgTypes[7]
+	mi := &file_lucius_v1_callback_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1057,7 @@ func (x *ResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultResponse.ProtoReflect.Descriptor instead.
 func (*ResultResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_callback_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResultResponse) GetOutcome() CallbackOutcome {
@@ -938,7 +1134,29 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\bprogress\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bprogress\x12%\n" +
 	"\tworker_id\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
 	"\x0ecallback_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
-	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\xe6\x01\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\xcc\x04\n" +
+	"\x17RecordCheckpointRequest\x12,\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
+	"\astep_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\x06stepId\x12&\n" +
+	"\n" +
+	"attempt_no\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\tattemptNo\x12#\n" +
+	"\blease_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\aleaseId\x12R\n" +
+	"\x0fcheckpoint_name\x18\x05 \x01(\tB)\xbaH&r$2\"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$R\x0echeckpointName\x12\x1c\n" +
+	"\x03uri\x18\x06 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x10R\x03uri\x12&\n" +
+	"\n" +
+	"size_bytes\x18\a \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12-\n" +
+	"\x06sha256\x18\b \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x06sha256\x12?\n" +
+	"\tsave_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\bsaveTime\x12%\n" +
+	"\tworker_id\x18\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\bworkerId\x12/\n" +
+	"\x0ecallback_token\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rcallbackToken\x12/\n" +
+	"\x0ecorrelation_id\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\"\x88\x01\n" +
+	"\x18RecordCheckpointResponse\x124\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1a.lucius.v1.CallbackOutcomeR\aoutcome\x126\n" +
+	"\vstep_status\x18\x02 \x01(\x0e2\x15.lucius.v1.StepStatusR\n" +
+	"stepStatus\"\xe6\x01\n" +
 	"\x13GetDirectiveRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12#\n" +
 	"\astep_id\x18\x02 \x01(\tB\n" +
@@ -976,11 +1194,12 @@ const file_lucius_v1_callback_proto_rawDesc = "" +
 	"\x1aCALLBACK_OUTCOME_DUPLICATE\x10\x02\x12\"\n" +
 	"\x1eCALLBACK_OUTCOME_STALE_ATTEMPT\x10\x03\x12#\n" +
 	"\x1fCALLBACK_OUTCOME_LEASE_MISMATCH\x10\x04\x12#\n" +
-	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\xd4\x04\n" +
+	"\x1fCALLBACK_OUTCOME_AFTER_TERMINAL\x10\x052\x87\x06\n" +
 	"\x0fCallbackService\x12|\n" +
 	"\x03Ack\x12\x15.lucius.v1.AckRequest\x1a\x16.lucius.v1.AckResponse\"F\x82\xd3\xe4\x93\x02@:\x01*\";/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:ack\x12\x88\x01\n" +
 	"\x06Result\x12\x18.lucius.v1.ResultRequest\x1a\x19.lucius.v1.ResultResponse\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:result\x12\x94\x01\n" +
-	"\tHeartbeat\x12\x1b.lucius.v1.HeartbeatRequest\x1a\x1c.lucius.v1.HeartbeatResponse\"L\x82\xd3\xe4\x93\x02F:\x01*\"A/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:heartbeat\x12\xa0\x01\n" +
+	"\tHeartbeat\x12\x1b.lucius.v1.HeartbeatRequest\x1a\x1c.lucius.v1.HeartbeatResponse\"L\x82\xd3\xe4\x93\x02F:\x01*\"A/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:heartbeat\x12\xb0\x01\n" +
+	"\x10RecordCheckpoint\x12\".lucius.v1.RecordCheckpointRequest\x1a#.lucius.v1.RecordCheckpointResponse\"S\x82\xd3\xe4\x93\x02M:\x01*\"H/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:recordCheckpoint\x12\xa0\x01\n" +
 	"\fGetDirective\x12\x1e.lucius.v1.GetDirectiveRequest\x1a\x1f.lucius.v1.GetDirectiveResponse\"O\x82\xd3\xe4\x93\x02I:\x01*\"D/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:getDirectiveB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
@@ -996,57 +1215,64 @@ func file_lucius_v1_callback_proto_rawDescGZIP() []byte {
 }
 
 var file_lucius_v1_callback_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lucius_v1_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_lucius_v1_callback_proto_goTypes = []any{
-	(ResultStatus)(0),             // 0: lucius.v1.ResultStatus
-	(FailureClass)(0),             // 1: lucius.v1.FailureClass
-	(CallbackOutcome)(0),          // 2: lucius.v1.CallbackOutcome
-	(*AckRequest)(nil),            // 3: lucius.v1.AckRequest
-	(*AckResponse)(nil),           // 4: lucius.v1.AckResponse
-	(*ResultRequest)(nil),         // 5: lucius.v1.ResultRequest
-	(*HeartbeatRequest)(nil),      // 6: lucius.v1.HeartbeatRequest
-	(*GetDirectiveRequest)(nil),   // 7: lucius.v1.GetDirectiveRequest
-	(*GetDirectiveResponse)(nil),  // 8: lucius.v1.GetDirectiveResponse
-	(*HeartbeatResponse)(nil),     // 9: lucius.v1.HeartbeatResponse
-	(*ResultResponse)(nil),        // 10: lucius.v1.ResultResponse
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(StepStatus)(0),               // 12: lucius.v1.StepStatus
-	(*ArtifactRef)(nil),           // 13: lucius.v1.ArtifactRef
-	(*structpb.Struct)(nil),       // 14: google.protobuf.Struct
-	(*Directive)(nil),             // 15: lucius.v1.Directive
-	(JobStatus)(0),                // 16: lucius.v1.JobStatus
+	(ResultStatus)(0),                // 0: lucius.v1.ResultStatus
+	(FailureClass)(0),                // 1: lucius.v1.FailureClass
+	(CallbackOutcome)(0),             // 2: lucius.v1.CallbackOutcome
+	(*AckRequest)(nil),               // 3: lucius.v1.AckRequest
+	(*AckResponse)(nil),              // 4: lucius.v1.AckResponse
+	(*ResultRequest)(nil),            // 5: lucius.v1.ResultRequest
+	(*HeartbeatRequest)(nil),         // 6: lucius.v1.HeartbeatRequest
+	(*RecordCheckpointRequest)(nil),  // 7: lucius.v1.RecordCheckpointRequest
+	(*RecordCheckpointResponse)(nil), // 8: lucius.v1.RecordCheckpointResponse
+	(*GetDirectiveRequest)(nil),      // 9: lucius.v1.GetDirectiveRequest
+	(*GetDirectiveResponse)(nil),     // 10: lucius.v1.GetDirectiveResponse
+	(*HeartbeatResponse)(nil),        // 11: lucius.v1.HeartbeatResponse
+	(*ResultResponse)(nil),           // 12: lucius.v1.ResultResponse
+	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
+	(StepStatus)(0),                  // 14: lucius.v1.StepStatus
+	(*ArtifactRef)(nil),              // 15: lucius.v1.ArtifactRef
+	(*structpb.Struct)(nil),          // 16: google.protobuf.Struct
+	(*Directive)(nil),                // 17: lucius.v1.Directive
+	(JobStatus)(0),                   // 18: lucius.v1.JobStatus
 }
 var file_lucius_v1_callback_proto_depIdxs = []int32{
-	11, // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
+	13, // 0: lucius.v1.AckRequest.ack_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: lucius.v1.AckResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	12, // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
+	14, // 2: lucius.v1.AckResponse.step_status:type_name -> lucius.v1.StepStatus
 	0,  // 3: lucius.v1.ResultRequest.status:type_name -> lucius.v1.ResultStatus
 	1,  // 4: lucius.v1.ResultRequest.failure_class:type_name -> lucius.v1.FailureClass
-	13, // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
-	14, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
-	11, // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
-	11, // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
-	14, // 9: lucius.v1.HeartbeatRequest.progress:type_name -> google.protobuf.Struct
-	15, // 10: lucius.v1.GetDirectiveResponse.directive:type_name -> lucius.v1.Directive
-	2,  // 11: lucius.v1.HeartbeatResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	12, // 12: lucius.v1.HeartbeatResponse.step_status:type_name -> lucius.v1.StepStatus
-	11, // 13: lucius.v1.HeartbeatResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	2,  // 14: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
-	12, // 15: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
-	16, // 16: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
-	3,  // 17: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
-	5,  // 18: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
-	6,  // 19: lucius.v1.CallbackService.Heartbeat:input_type -> lucius.v1.HeartbeatRequest
-	7,  // 20: lucius.v1.CallbackService.GetDirective:input_type -> lucius.v1.GetDirectiveRequest
-	4,  // 21: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
-	10, // 22: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
-	9,  // 23: lucius.v1.CallbackService.Heartbeat:output_type -> lucius.v1.HeartbeatResponse
-	8,  // 24: lucius.v1.CallbackService.GetDirective:output_type -> lucius.v1.GetDirectiveResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 5: lucius.v1.ResultRequest.artifacts:type_name -> lucius.v1.ArtifactRef
+	16, // 6: lucius.v1.ResultRequest.output:type_name -> google.protobuf.Struct
+	13, // 7: lucius.v1.ResultRequest.start_time:type_name -> google.protobuf.Timestamp
+	13, // 8: lucius.v1.ResultRequest.finish_time:type_name -> google.protobuf.Timestamp
+	16, // 9: lucius.v1.HeartbeatRequest.progress:type_name -> google.protobuf.Struct
+	13, // 10: lucius.v1.RecordCheckpointRequest.save_time:type_name -> google.protobuf.Timestamp
+	2,  // 11: lucius.v1.RecordCheckpointResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	14, // 12: lucius.v1.RecordCheckpointResponse.step_status:type_name -> lucius.v1.StepStatus
+	17, // 13: lucius.v1.GetDirectiveResponse.directive:type_name -> lucius.v1.Directive
+	2,  // 14: lucius.v1.HeartbeatResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	14, // 15: lucius.v1.HeartbeatResponse.step_status:type_name -> lucius.v1.StepStatus
+	13, // 16: lucius.v1.HeartbeatResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 17: lucius.v1.ResultResponse.outcome:type_name -> lucius.v1.CallbackOutcome
+	14, // 18: lucius.v1.ResultResponse.step_status:type_name -> lucius.v1.StepStatus
+	18, // 19: lucius.v1.ResultResponse.job_status:type_name -> lucius.v1.JobStatus
+	3,  // 20: lucius.v1.CallbackService.Ack:input_type -> lucius.v1.AckRequest
+	5,  // 21: lucius.v1.CallbackService.Result:input_type -> lucius.v1.ResultRequest
+	6,  // 22: lucius.v1.CallbackService.Heartbeat:input_type -> lucius.v1.HeartbeatRequest
+	7,  // 23: lucius.v1.CallbackService.RecordCheckpoint:input_type -> lucius.v1.RecordCheckpointRequest
+	9,  // 24: lucius.v1.CallbackService.GetDirective:input_type -> lucius.v1.GetDirectiveRequest
+	4,  // 25: lucius.v1.CallbackService.Ack:output_type -> lucius.v1.AckResponse
+	12, // 26: lucius.v1.CallbackService.Result:output_type -> lucius.v1.ResultResponse
+	11, // 27: lucius.v1.CallbackService.Heartbeat:output_type -> lucius.v1.HeartbeatResponse
+	8,  // 28: lucius.v1.CallbackService.RecordCheckpoint:output_type -> lucius.v1.RecordCheckpointResponse
+	10, // 29: lucius.v1.CallbackService.GetDirective:output_type -> lucius.v1.GetDirectiveResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_callback_proto_init() }
@@ -1062,7 +1288,7 @@ func file_lucius_v1_callback_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_callback_proto_rawDesc), len(file_lucius_v1_callback_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

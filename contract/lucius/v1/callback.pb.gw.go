@@ -266,6 +266,83 @@ func local_request_CallbackService_Heartbeat_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
+func request_CallbackService_RecordCheckpoint_0(ctx context.Context, marshaler runtime.Marshaler, client CallbackServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RecordCheckpointRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["job_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "job_id")
+	}
+	protoReq.JobId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "job_id", err)
+	}
+	val, ok = pathParams["step_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "step_id")
+	}
+	protoReq.StepId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "step_id", err)
+	}
+	val, ok = pathParams["attempt_no"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "attempt_no")
+	}
+	protoReq.AttemptNo, err = runtime.Int32(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "attempt_no", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.RecordCheckpoint(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_CallbackService_RecordCheckpoint_0(ctx context.Context, marshaler runtime.Marshaler, server CallbackServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RecordCheckpointRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["job_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "job_id")
+	}
+	protoReq.JobId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "job_id", err)
+	}
+	val, ok = pathParams["step_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "step_id")
+	}
+	protoReq.StepId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "step_id", err)
+	}
+	val, ok = pathParams["attempt_no"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "attempt_no")
+	}
+	protoReq.AttemptNo, err = runtime.Int32(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "attempt_no", err)
+	}
+	msg, err := server.RecordCheckpoint(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_CallbackService_GetDirective_0(ctx context.Context, marshaler runtime.Marshaler, client CallbackServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetDirectiveRequest
@@ -409,6 +486,26 @@ func RegisterCallbackServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 		}
 		forward_CallbackService_Heartbeat_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_CallbackService_RecordCheckpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lucius.v1.CallbackService/RecordCheckpoint", runtime.WithHTTPPathPattern("/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:recordCheckpoint"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_CallbackService_RecordCheckpoint_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_CallbackService_RecordCheckpoint_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_CallbackService_GetDirective_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -520,6 +617,23 @@ func RegisterCallbackServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_CallbackService_Heartbeat_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_CallbackService_RecordCheckpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lucius.v1.CallbackService/RecordCheckpoint", runtime.WithHTTPPathPattern("/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:recordCheckpoint"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_CallbackService_RecordCheckpoint_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_CallbackService_RecordCheckpoint_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_CallbackService_GetDirective_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -541,15 +655,17 @@ func RegisterCallbackServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 }
 
 var (
-	pattern_CallbackService_Ack_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "ack"))
-	pattern_CallbackService_Result_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "result"))
-	pattern_CallbackService_Heartbeat_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "heartbeat"))
-	pattern_CallbackService_GetDirective_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "getDirective"))
+	pattern_CallbackService_Ack_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "ack"))
+	pattern_CallbackService_Result_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "result"))
+	pattern_CallbackService_Heartbeat_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "heartbeat"))
+	pattern_CallbackService_RecordCheckpoint_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "recordCheckpoint"))
+	pattern_CallbackService_GetDirective_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5, 1, 0, 4, 1, 5, 6}, []string{"v1", "jobs", "job_id", "steps", "step_id", "attempts", "attempt_no"}, "getDirective"))
 )
 
 var (
-	forward_CallbackService_Ack_0          = runtime.ForwardResponseMessage
-	forward_CallbackService_Result_0       = runtime.ForwardResponseMessage
-	forward_CallbackService_Heartbeat_0    = runtime.ForwardResponseMessage
-	forward_CallbackService_GetDirective_0 = runtime.ForwardResponseMessage
+	forward_CallbackService_Ack_0              = runtime.ForwardResponseMessage
+	forward_CallbackService_Result_0           = runtime.ForwardResponseMessage
+	forward_CallbackService_Heartbeat_0        = runtime.ForwardResponseMessage
+	forward_CallbackService_RecordCheckpoint_0 = runtime.ForwardResponseMessage
+	forward_CallbackService_GetDirective_0     = runtime.ForwardResponseMessage
 )

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CallbackService_Ack_FullMethodName          = "/lucius.v1.CallbackService/Ack"
-	CallbackService_Result_FullMethodName       = "/lucius.v1.CallbackService/Result"
-	CallbackService_Heartbeat_FullMethodName    = "/lucius.v1.CallbackService/Heartbeat"
-	CallbackService_GetDirective_FullMethodName = "/lucius.v1.CallbackService/GetDirective"
+	CallbackService_Ack_FullMethodName              = "/lucius.v1.CallbackService/Ack"
+	CallbackService_Result_FullMethodName           = "/lucius.v1.CallbackService/Result"
+	CallbackService_Heartbeat_FullMethodName        = "/lucius.v1.CallbackService/Heartbeat"
+	CallbackService_RecordCheckpoint_FullMethodName = "/lucius.v1.CallbackService/RecordCheckpoint"
+	CallbackService_GetDirective_FullMethodName     = "/lucius.v1.CallbackService/GetDirective"
 )
 
 // CallbackServiceClient is the client API for CallbackService service.
@@ -42,6 +43,11 @@ type CallbackServiceClient interface {
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// RecordCheckpoint records on the job's audit trail, as a CHECKPOINT_SAVED
+	// event, that an executing attempt saved a checkpoint of its progress in
+	// the job's workspace (seed 001 section 11). It changes no state; a stale
+	// outcome tells the worker its lease is lost.
+	RecordCheckpoint(ctx context.Context, in *RecordCheckpointRequest, opts ...grpc.CallOption) (*RecordCheckpointResponse, error)
 	// GetDirective returns the whole directive of an attempt whose bus message
 	// was detached (Directive.detached): too large for the bus, it is kept in
 	// the ledger. NOT_FOUND when the attempt has no detached directive.
@@ -86,6 +92,16 @@ func (c *callbackServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequ
 	return out, nil
 }
 
+func (c *callbackServiceClient) RecordCheckpoint(ctx context.Context, in *RecordCheckpointRequest, opts ...grpc.CallOption) (*RecordCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordCheckpointResponse)
+	err := c.cc.Invoke(ctx, CallbackService_RecordCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *callbackServiceClient) GetDirective(ctx context.Context, in *GetDirectiveRequest, opts ...grpc.CallOption) (*GetDirectiveResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetDirectiveResponse)
@@ -113,6 +129,11 @@ type CallbackServiceServer interface {
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// RecordCheckpoint records on the job's audit trail, as a CHECKPOINT_SAVED
+	// event, that an executing attempt saved a checkpoint of its progress in
+	// the job's workspace (seed 001 section 11). It changes no state; a stale
+	// outcome tells the worker its lease is lost.
+	RecordCheckpoint(context.Context, *RecordCheckpointRequest) (*RecordCheckpointResponse, error)
 	// GetDirective returns the whole directive of an attempt whose bus message
 	// was detached (Directive.detached): too large for the bus, it is kept in
 	// the ledger. NOT_FOUND when the attempt has no detached directive.
@@ -135,6 +156,9 @@ func (UnimplementedCallbackServiceServer) Result(context.Context, *ResultRequest
 }
 func (UnimplementedCallbackServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedCallbackServiceServer) RecordCheckpoint(context.Context, *RecordCheckpointRequest) (*RecordCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordCheckpoint not implemented")
 }
 func (UnimplementedCallbackServiceServer) GetDirective(context.Context, *GetDirectiveRequest) (*GetDirectiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDirective not implemented")
@@ -214,6 +238,24 @@ func _CallbackService_Heartbeat_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CallbackService_RecordCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CallbackServiceServer).RecordCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CallbackService_RecordCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CallbackServiceServer).RecordCheckpoint(ctx, req.(*RecordCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CallbackService_GetDirective_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetDirectiveRequest)
 	if err := dec(in); err != nil {
@@ -250,6 +292,10 @@ var CallbackService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _CallbackService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "RecordCheckpoint",
+			Handler:    _CallbackService_RecordCheckpoint_Handler,
 		},
 		{
 			MethodName: "GetDirective",

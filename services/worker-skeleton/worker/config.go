@@ -73,9 +73,10 @@ type Config struct {
 	// Backoff spaces out retried callbacks and receive errors. RESULT is
 	// retried without limit while the worker runs.
 	Backoff Backoff
-	// ShutdownGrace is how long in-flight directives may finish after Run's
-	// context ends; then they are interrupted, their claims released and
-	// their messages abandoned for redelivery. Default 30s.
+	// ShutdownGrace is how long in-flight directives may finish, or save a
+	// checkpoint and return ErrShuttingDown, after Run's context ends (when
+	// Task.ShuttingDown is closed); then they are interrupted, their claims
+	// released and their messages abandoned for redelivery. Default 30s.
 	ShutdownGrace time.Duration
 	// MaxInputBytes limits Task.ReadInput and Task.ReadRef. Default 64 MiB.
 	MaxInputBytes int64

@@ -32,6 +32,14 @@
 //     completed: it is abandoned (or its lock left to expire) and its
 //     redelivery sends the stored RESULT.
 //
+// A long Executor saves its progress with Task.SaveCheckpoint and resumes
+// from Task.Checkpoint: checkpoints live in the job's workspace per step, so
+// a redelivered or retried attempt of the step reads them, and each save is
+// a CHECKPOINT_SAVED event of the job. At shutdown Task.ShuttingDown is
+// closed; within Config.ShutdownGrace the Executor may checkpoint and return
+// ErrShuttingDown, and the runner releases the attempt for redelivery
+// without RESULT.
+//
 // For chaos tests only, Config.Faults lets the directive payload's "fault"
 // object inject failures and delays before the Executor runs.
 //

@@ -74,6 +74,23 @@ type fakeOrchestrator struct {
 	// detached answers GetDirective by job id (NOT_FOUND for others).
 	detached     map[string]*luciusv1.Directive
 	getDirective []*luciusv1.GetDirectiveRequest
+	// checkpointOutcome answers RecordCheckpoint (default APPLIED).
+	checkpointOutcome luciusv1.CallbackOutcome
+	checkpoints       []*luciusv1.RecordCheckpointRequest
+}
+
+func (f *fakeOrchestrator) RecordCheckpoint(_ context.Context, req *luciusv1.RecordCheckpointRequest) (*luciusv1.RecordCheckpointResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.checkpoints = append(f.checkpoints, req)
+	return &luciusv1.RecordCheckpointResponse{Outcome: f.checkpointOutcome, StepStatus: luciusv1.StepStatus_STEP_STATUS_IN_PROGRESS}, nil
+}
+
+// checkpointCalls returns every RecordCheckpoint received so far.
+func (f *fakeOrchestrator) checkpointCalls() []*luciusv1.RecordCheckpointRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*luciusv1.RecordCheckpointRequest(nil), f.checkpoints...)
 }
 
 func (f *fakeOrchestrator) GetDirective(_ context.Context, req *luciusv1.GetDirectiveRequest) (*luciusv1.GetDirectiveResponse, error) {
@@ -104,7 +121,7 @@ type heartbeatCall struct {
 func newFakeOrchestrator(t *testing.T, issuer *authtest.Issuer) *fakeOrchestrator {
 	t.Helper()
 	f := &fakeOrchestrator{ackOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED,
-		heartbeatOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED}
+		heartbeatOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, checkpointOutcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED}
 	// The real guard: the worker's callbacks must carry its worker token.
 	srv, _, err := server.NewGRPC(logger, issuer.Guard())
 	if err != nil {
@@ -292,6 +309,18 @@ func (e *env) waitFor(what string, cond func() bool) {
 			e.t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// publishUntilStarted publishes d and waits until its executor signals on
+// started (a send or a close).
+func (e *env) publishUntilStarted(d *luciusv1.Directive, started <-chan struct{}) {
+	e.t.Helper()
+	e.publish(d, msgID(d, ""), nil)
+	select {
+	case <-started:
+	case <-time.After(eventually):
+		e.t.Fatal("executor never started")
 	}
 }
 

@@ -74,12 +74,16 @@ func (r *Runner) startHeartbeats(ctx context.Context, d *luciusv1.Directive, tas
 	}
 	go func() {
 		defer close(h.done)
-		r.heartbeatLoop(loopCtx, d, task, &h.token, interval, log, func() {
-			h.lost.Store(true)
-			cancelExec(ErrLeaseLost)
-		})
+		r.heartbeatLoop(loopCtx, d, task, &h.token, interval, log, h.loseLease)
 	}()
 	return execCtx, h
+}
+
+// loseLease stops the attempt as a heartbeat answered "lease lost" would:
+// the execution context ends with ErrLeaseLost.
+func (h *heartbeats) loseLease() {
+	h.lost.Store(true)
+	h.cancelExec(ErrLeaseLost)
 }
 
 // stop ends the heartbeats, waits for the loop to exit, releases the

@@ -62,6 +62,9 @@ type Runner struct {
 
 	started atomic.Bool
 	ready   atomic.Bool
+	// shutdown is closed when Run's context ends: every Task's
+	// ShuttingDown notice.
+	shutdown chan struct{}
 }
 
 // NewRunner returns a runner receiving from b, recording executions in store
@@ -113,6 +116,7 @@ func NewRunner(b bus.Bus, store Store, exec Executor, cfg Config) (*Runner, erro
 		callbacks: newCallbackClients(cfg.DialOptions),
 		handled:   handled,
 		duration:  duration,
+		shutdown:  make(chan struct{}),
 	}, nil
 }
 
@@ -177,13 +181,25 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	r.ready.Store(false)
+	close(r.shutdown) // Task.ShuttingDown: handlers may checkpoint and return ErrShuttingDown
 	loops.Wait()
-	r.log.InfoContext(work, "worker stopping; waiting for in-flight directives", "grace", r.cfg.ShutdownGrace)
+	r.log.InfoContext(work, "worker stopping; in-flight directives are told (Task.ShuttingDown) and may finish or checkpoint",
+		"grace", r.cfg.ShutdownGrace)
 	timer := time.AfterFunc(r.cfg.ShutdownGrace, stopWork)
 	handlers.Wait()
 	timer.Stop()
 	r.log.InfoContext(work, "worker stopped")
 	return nil
+}
+
+// shuttingDown reports whether Run's context has ended.
+func (r *Runner) shuttingDown() bool {
+	select {
+	case <-r.shutdown:
+		return true
+	default:
+		return false
+	}
 }
 
 // openReceiversAtOnce bounds how many receivers a worker opens at once: on
@@ -344,9 +360,12 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 	)
 	if !r.cfg.NoOp {
 		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots,
-			HTTPS: r.https, Azure: r.azure, TracerProvider: r.cfg.TracerProvider})
+			HTTPS: r.https, Azure: r.azure, TracerProvider: r.cfg.TracerProvider, ShuttingDown: r.shutdown})
 	}
 	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
+	if task != nil {
+		task.setCheckpointReporter(r.checkpointReporter(d, beats, log))
+	}
 	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
 	lost := beats.stop()
 	if result != nil {
@@ -358,7 +377,9 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 	}
 	if interrupted {
 		r.count(ctx, "interrupted")
-		log.WarnContext(ctx, "execution interrupted by shutdown; releasing the attempt for redelivery")
+		saved, last := task.checkpointsSaved()
+		log.WarnContext(ctx, "execution interrupted by shutdown; releasing the attempt for redelivery",
+			"checkpoints_saved", saved, "last_checkpoint", last)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		if err := r.store.Release(cctx, key, r.cfg.WorkerID); err != nil {
 			log.WarnContext(cctx, "release execution claim", telemetry.Err(err))
@@ -547,7 +568,9 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			out, err = r.safeExecute(tctx, task, log)
 			timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded)
 			cancel()
-			if err != nil && ctx.Err() != nil {
+			if err != nil && (ctx.Err() != nil || (errors.Is(err, ErrShuttingDown) && r.shuttingDown())) {
+				// Cut short by the grace running out, or stopped by the
+				// executor at the shutdown notice: released, no RESULT.
 				return nil, true
 			}
 			if err != nil && timedOut {

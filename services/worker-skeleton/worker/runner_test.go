@@ -433,12 +433,7 @@ func TestRunnerShutdownInterruptsAndReleasesInFlightWork(t *testing.T) {
 		return worker.Outcome{}, ctx.Err()
 	}))
 	d := e.directive("file:///unused")
-	e.publish(d, msgID(d, ""), nil)
-	select {
-	case <-started:
-	case <-time.After(eventually):
-		t.Fatal("executor never started")
-	}
+	e.publishUntilStarted(d, started)
 	e.stop()
 
 	if _, results := e.orch.calls(); len(results) != 0 {

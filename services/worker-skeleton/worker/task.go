@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -33,9 +34,16 @@ type Task struct {
 	maxInput int64
 	refs     *blob.Mux
 
+	tracer   trace.Tracer
+	shutdown <-chan struct{}
+
 	mu        sync.Mutex
 	artifacts []*luciusv1.ArtifactRef
 	progress  *structpb.Struct // never mutated once set; replaced whole
+	// onCheckpoint records a saved checkpoint's event (set by the Runner).
+	onCheckpoint   func(context.Context, SavedCheckpoint) error
+	checkpoints    int
+	lastCheckpoint string
 }
 
 // TaskConfig configures NewTask. Zero values take the defaults noted.
@@ -52,8 +60,13 @@ type TaskConfig struct {
 	// blob.NewAzure; the Runner shares its own between tasks). Nil leaves
 	// the scheme unsupported: such refs fail with CodeUnsupportedRef.
 	HTTPS, Azure blob.Store
-	// TracerProvider traces blob reads and writes. Default: none.
+	// TracerProvider traces blob reads and writes and checkpoint saves and
+	// loads. Default: none.
 	TracerProvider trace.TracerProvider
+	// ShuttingDown is what Task.ShuttingDown returns: closed when the
+	// worker starts shutting down. The Runner passes its own; a test may
+	// close one to play a shutdown. Default: never closed.
+	ShuttingDown <-chan struct{}
 }
 
 // NewTask builds the Task for a directive, validating it first. The Runner
@@ -85,8 +98,12 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	}
 	log = log.With(telemetry.JobID(d.GetJobId()), telemetry.StepID(d.GetStepId()),
 		telemetry.AttemptNo(int(d.GetAttemptNo())), telemetry.TenantID(d.GetTenantId()))
-	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit,
-		refs: blob.NewMux(blob.NewFiles(workspace, cfg.FileRoots), cfg.HTTPS, cfg.Azure, cfg.TracerProvider)}, nil
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit, tracer: tp.Tracer("lucius/worker"), shutdown: cfg.ShuttingDown,
+		refs: blob.NewMux(blob.NewFiles(workspace, cfg.FileRoots), cfg.HTTPS, cfg.Azure, tp)}, nil
 }
 
 // Key is the attempt's idempotency key.

@@ -46,7 +46,7 @@ const outcomeRefused = "refused"
 
 func newCallbackService(eng *engine.Engine, keys *auth.CallbackKeys, log *slog.Logger) (*callbackService, error) {
 	c, err := otel.Meter("lucius/orchestrator").Int64Counter("lucius_callbacks_total",
-		metric.WithDescription("Worker callbacks, by kind (ack, result, heartbeat, get_directive) and outcome "+
+		metric.WithDescription("Worker callbacks, by kind (ack, result, heartbeat, checkpoint, get_directive) and outcome "+
 			"(applied, duplicate, stale_attempt, lease_mismatch, after_terminal, refused; fenced never happens)."))
 	if err != nil {
 		return nil, err
@@ -126,6 +126,20 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 		resp.LeaseExpireTime = timestamppb.New(res.LeaseExpiresAt)
 	}
 	return resp, nil
+}
+
+// RecordCheckpoint records a checkpoint an attempt saved as a
+// CHECKPOINT_SAVED event of its job.
+func (s *callbackService) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheckpointRequest) (*luciusv1.RecordCheckpointResponse, error) {
+	if err := s.admit(ctx, "CHECKPOINT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
+		return nil, err
+	}
+	res, err := s.engine.RecordCheckpoint(ctx, req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	s.record(ctx, "CHECKPOINT", res.Outcome, req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), string(res.StepStatus), req.GetCorrelationId())
+	return &luciusv1.RecordCheckpointResponse{Outcome: res.Outcome, StepStatus: stepStatus(res.StepStatus)}, nil
 }
 
 // GetDirective returns the whole directive of an attempt whose bus message

@@ -42,6 +42,7 @@ import (
 	"github.com/lucius-platform/lucius/core/topology"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/phased"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/runbookdemo"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
@@ -69,6 +70,8 @@ var executors = map[string]platform{
 	"sis":       {exec: sis.Executor{}, handlers: []string{"SIS"}},
 	"raster":    served(raster.NewExecutor()),
 	"tiles":     served(tiles.NewExecutor()),
+	// A long step in phases that resumes from its checkpoints.
+	phased.Service: {exec: phased.Executor{}, handlers: []string{phased.Handler}},
 	// The demo pool for runbooks: any function, behaving as its params say.
 	// It announces none: the runbooks that use it register their functions.
 	runbookdemo.Service: {exec: runbookdemo.Executor{}},

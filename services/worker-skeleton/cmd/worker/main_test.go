@@ -70,7 +70,7 @@ func TestReadSettings(t *testing.T) {
 		{"bad faults", with("LUCIUS_WORKER_FAULTS", "sometimes"), "want true or false", ""},
 		{"negative delay", with("LUCIUS_WORKER_DELAY", "-1s"), "execution delay -1s is negative", ""},
 		{"noop runs any service", with("LUCIUS_WORKER_SERVICE", "geo", "LUCIUS_WORKER_NOOP", "1"), "", ""},
-		{"unknown service", with("LUCIUS_WORKER_SERVICE", "geo"), `names "geo": want one of demo, embedding, ocr, raster, sis, tiles`, ""},
+		{"unknown service", with("LUCIUS_WORKER_SERVICE", "geo"), `names "geo": want one of demo, embedding, ocr, phased, raster, sis, tiles`, ""},
 		{"raster", with("LUCIUS_WORKER_SERVICE", "raster"), "", ""},
 		{"tiles", with("LUCIUS_WORKER_SERVICE", "tiles"), "", ""},
 		{"several services", with("LUCIUS_WORKER_SERVICE", "raster,tiles"), "", "raster,tiles"},

@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
+)
+
+// CheckpointResult is the answer to RecordCheckpoint.
+type CheckpointResult struct {
+	Outcome    Outcome
+	StepStatus ledger.StepStatus
+}
+
+// RecordCheckpoint appends a CHECKPOINT_SAVED event for the current attempt
+// of a step (seed 001 §11): the worker saved a checkpoint of the step's
+// progress in the job's workspace. It changes no state. A checkpoint of an
+// attempt that no longer owns the step is rejected like any stale callback.
+func (e *Engine) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheckpointRequest) (CheckpointResult, error) {
+	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "CHECKPOINT", req.GetCorrelationId()}
+	var out CheckpointResult
+	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
+		job, step, attempt, err := lockStep(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		out.StepStatus = step.Status
+		if outcome, rejected := checkCallback(tx, job, step, key, false); rejected {
+			out.Outcome = outcome
+			return nil
+		}
+		if attempt == nil {
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
+		}
+		data := map[string]any{"checkpoint_name": req.GetCheckpointName(), "uri": req.GetUri(),
+			"size_bytes": req.GetSizeBytes(), "sha256": req.GetSha256(), "worker_id": req.GetWorkerId()}
+		if t := req.GetSaveTime(); t != nil {
+			data["save_time"] = t.AsTime().UTC().Format(time.RFC3339Nano)
+		}
+		tx.Append(ledger.Event{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo, Type: ledger.EventCheckpointSaved,
+			Data: data})
+		out.Outcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED
+		return nil
+	})
+	return out, err
+}
