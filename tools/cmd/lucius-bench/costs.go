@@ -162,7 +162,7 @@ func (c *costs) report(ctx context.Context, jobs int) {
 	}
 	var parts []part
 	var postgres, total float64
-	var pgParts []string
+	pgServed := map[string]float64{}
 	var client float64
 	for name, j := range c.cpu.parts[runCondition] {
 		secs := j / hz
@@ -172,9 +172,11 @@ func (c *costs) report(ctx context.Context, jobs int) {
 			continue
 		case strings.HasPrefix(name, "pg:") || name == "postgres":
 			postgres += secs
-			if secs >= 0.05 {
-				pgParts = append(pgParts, fmt.Sprintf("%s %.1f", strings.TrimPrefix(name, "pg:"), secs))
+			served := strings.TrimPrefix(name, "pg:")
+			if i := strings.LastIndexByte(served, '-'); i > 0 && strings.HasPrefix(served, "lucius-bus-listener") {
+				served = served[:i] // one line for every process's bus listener
 			}
+			pgServed[served] += secs
 		case c.isSuite(name):
 			parts = append(parts, part{name, secs})
 		default:
@@ -184,6 +186,12 @@ func (c *costs) report(ctx context.Context, jobs int) {
 	}
 	parts = append(parts, part{"postgres", postgres})
 	sort.Slice(parts, func(i, j int) bool { return parts[i].secs > parts[j].secs })
+	var pgParts []string
+	for name, secs := range pgServed {
+		if secs >= 0.05 {
+			pgParts = append(pgParts, fmt.Sprintf("%s %.1f", name, secs))
+		}
+	}
 	sort.Strings(pgParts)
 	k := float64(jobs) / 1000
 	fmt.Printf("  CPU-seconds per 1,000 jobs (%s of wall time; machine busy %.2f cores):\n",
