@@ -103,7 +103,9 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 	}
 	dlID := dls["dead_letters"].([]any)[0].(map[string]any)["dead_letter_id"].(string)
 	check(run{"dlq show", op, []string{"dlq", "show", dlID}, 0, []string{"MAX_ATTEMPTS_EXHAUSTED", flakyID}})
-	check(run{"job replay", op, []string{"job", "replay", flakyID}, 0, []string{"replay of", flakyID}})
+	replayed := check(run{"dlq replay", op, []string{"dlq", "replay", dlID, "-o", "json"}, 0, []string{`"replay_of": "` + flakyID}})
+	check(run{"job replay answers the same replay", op, []string{"job", "replay", flakyID, "-o", "json"}, 0,
+		[]string{strings.Split(strings.Split(replayed, `"job_id": "`)[1], `"`)[0]}})
 
 	// Cancel a job whose step is in flight: CANCELLING until the step ends.
 	manual := check(run{"submit a manual job", op, []string{"submit", "--tenant", "acme", "--type", "E2E_MANUAL", "--input-ref", input,

@@ -78,7 +78,33 @@ func dlqCommand(s *session) *cobra.Command {
 			})
 		},
 	}
-	dlq.AddCommand(list, show)
+	var reason string
+	replay := &cobra.Command{
+		Use: "replay ID", Short: "Replay the FAILED_FINAL job a step dead letter belongs to", Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return usageErrorf("dead letter id %q: want a positive number", args[0])
+			}
+			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
+				d, err := luciusv1.NewDeadLetterServiceClient(conn).GetDeadLetter(ctx, &luciusv1.GetDeadLetterRequest{DeadLetterId: id})
+				if err != nil {
+					return err
+				}
+				jobID := d.GetDeadLetter().GetJobId()
+				if jobID == "" {
+					return &codedError{code: exitError, err: fmt.Errorf("dead letter %d belongs to no job (a bus message): nothing to replay", id)}
+				}
+				resp, err := luciusv1.NewJobServiceClient(conn).ReplayJob(ctx, &luciusv1.ReplayJobRequest{JobId: jobID, Reason: reason})
+				if err != nil {
+					return err
+				}
+				return s.printer(cmd).print(resp, func(t *tabwriter.Writer) { jobTable(t, resp.GetJob()) })
+			})
+		},
+	}
+	replay.Flags().StringVar(&reason, "reason", "", "why (recorded on the replay)")
+	dlq.AddCommand(list, show, replay)
 	return dlq
 }
 
