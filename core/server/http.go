@@ -55,11 +55,13 @@ func NewHTTPMux(rest http.Handler, ops http.Handler, ready ReadyFunc) *http.Serv
 // gets a Retry-After header.
 func NewRESTMux(l Limits, opts ...runtime.ServeMuxOption) *runtime.ServeMux {
 	l.Defaults()
+	jsonPb := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false, RecursionLimit: l.MaxJSONDepth},
+	}
 	opts = append([]runtime.ServeMuxOption{
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false, RecursionLimit: l.MaxJSONDepth},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
+		runtime.WithMarshalerOption(MIMEEventStream, eventStream{jsonPb}),
 		runtime.WithErrorHandler(restErrors),
 	}, opts...)
 	return runtime.NewServeMux(opts...)
@@ -104,3 +106,26 @@ func (c challengeWriter) WriteHeader(code int) {
 	c.Header().Set("WWW-Authenticate", c.challenge)
 	c.ResponseWriter.WriteHeader(code)
 }
+
+// MIMEEventStream asks for Server-Sent Events: a streaming RPC (WatchJob)
+// then answers each message as one "data:" event, for browsers'
+// EventSource; other clients get one JSON object a line.
+const MIMEEventStream = "text/event-stream"
+
+// eventStream marshals answers as Server-Sent Events.
+type eventStream struct{ *runtime.JSONPb }
+
+// ContentType is text/event-stream.
+func (eventStream) ContentType(any) string { return MIMEEventStream }
+
+// Marshal writes one event's data line (JSON holds no raw newline).
+func (m eventStream) Marshal(v any) ([]byte, error) {
+	b, err := m.JSONPb.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("data: "), b...), nil
+}
+
+// Delimiter ends an event.
+func (eventStream) Delimiter() []byte { return []byte("\n\n") }

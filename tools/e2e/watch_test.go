@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -134,6 +135,21 @@ func TestWatchJobStreamsEventsUntilTheJobEnds(t *testing.T) {
 	}
 	if httpResp.StatusCode != http.StatusOK || lines != 1 {
 		t.Fatalf("REST watch of an ended job: %d, %d lines (want the job alone)", httpResp.StatusCode, lines)
+	}
+
+	// Browsers: Server-Sent Events.
+	req, _ = http.NewRequestWithContext(s.ctx, http.MethodGet, "http://"+s.Endpoints.GatewayHTTP+"/v1/jobs/"+id+":watch", nil)
+	req.Header.Set("Authorization", "Bearer "+s.operator)
+	req.Header.Set("Accept", "text/event-stream")
+	sse, err := s.httpc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sse.Body.Close()
+	body, _ := io.ReadAll(sse.Body)
+	if ct := sse.Header.Get("Content-Type"); ct != "text/event-stream" || !strings.HasPrefix(string(body), "data: {\"result\":") ||
+		!strings.HasSuffix(string(body), "}\n\n") {
+		t.Fatalf("SSE watch: %s %q", ct, body)
 	}
 
 	// Another tenant's job is not found; a bad id is a field violation.
