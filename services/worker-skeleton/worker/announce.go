@@ -6,6 +6,8 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Announcement is what a worker tells Lucius about itself
@@ -25,6 +27,7 @@ func Announce(ctx context.Context, client luciusv1.WorkerServiceClient, a Announ
 	const fallback = 30 * time.Second
 	interval, backoff := fallback, time.Second
 	announced := false
+	failingSince := time.Time{}
 	for {
 		resp, err := client.RegisterWorker(ctx, &luciusv1.RegisterWorkerRequest{Service: a.Service, InstanceId: a.InstanceID,
 			Version: a.Version, Handlers: a.Handlers})
@@ -33,7 +36,16 @@ func Announce(ctx context.Context, client luciusv1.WorkerServiceClient, a Announ
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			log.WarnContext(ctx, "announce handlers: failed; retrying", "service", a.Service, "error", err, "retry_in", backoff)
+			// A worker often starts before the gateway: only a failure that
+			// lasts (or a refusal) is worth a warning.
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			level := slog.LevelInfo
+			if status.Code(err) != codes.Unavailable || time.Since(failingSince) > interval {
+				level = slog.LevelWarn
+			}
+			log.Log(ctx, level, "announce handlers: failed; retrying", "service", a.Service, "error", err, "retry_in", backoff)
 			wait, backoff = backoff, min(2*backoff, interval)
 		default:
 			if d := resp.GetHeartbeatInterval().AsDuration(); d > 0 {
@@ -42,7 +54,7 @@ func Announce(ctx context.Context, client luciusv1.WorkerServiceClient, a Announ
 			if !announced {
 				log.InfoContext(ctx, "handlers announced", "service", a.Service, "handlers", len(a.Handlers), "heartbeat", interval)
 			}
-			announced, backoff, wait = true, time.Second, interval
+			announced, backoff, wait, failingSince = true, time.Second, interval, time.Time{}
 		}
 		t := time.NewTimer(wait)
 		select {
