@@ -268,6 +268,9 @@ func TestPauseHoldsBeforeTheBreakerAndResumeHandsOver(t *testing.T) {
 	if err := live.Store().Resume(ctx, config.PauseTenant, "acme", "op"); err != nil {
 		t.Fatal(err)
 	}
+	if err := live.Reload(ctx); err != nil { // as every process does when it hears of the change
+		t.Fatal(err)
+	}
 	if _, err := f.eng.ReleaseHold(ctx, held[0]); err != nil {
 		t.Fatal(err)
 	}
