@@ -26,6 +26,7 @@ var MethodRoles = map[string][]Role{
 	luciusv1.JobService_CancelJob_FullMethodName:     partnerOrOperator,
 	luciusv1.JobService_ReplayJob_FullMethodName:     partnerOrOperator,
 	luciusv1.JobService_WatchJob_FullMethodName:      partnerOrOperator,
+	luciusv1.JobService_WatchJobs_FullMethodName:     partnerOrOperator,
 
 	luciusv1.DeadLetterService_ListDeadLetters_FullMethodName: partnerOrOperator,
 	luciusv1.DeadLetterService_GetDeadLetter_FullMethodName:   partnerOrOperator,

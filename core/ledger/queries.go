@@ -447,17 +447,21 @@ func scanAttempt(row pgx.Row) (*Attempt, error) {
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
+	return e, scanEventInto(row, &e)
+}
+
+// scanEventInto scans eventColumns into e, then the row's extra columns.
+func scanEventInto(row pgx.Row, e *Event, extra ...any) error {
 	var data []byte
-	if err := row.Scan(&e.ID, &e.JobID, &e.StepID, &e.AttemptNo, &e.Type, &e.FromStatus, &e.ToStatus, &e.Reason,
-		&data, &e.CreatedAt); err != nil {
-		return e, err
+	dest := append([]any{&e.ID, &e.JobID, &e.StepID, &e.AttemptNo, &e.Type, &e.FromStatus, &e.ToStatus, &e.Reason,
+		&data, &e.CreatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
 	}
 	if len(data) > 0 {
-		if err := json.Unmarshal(data, &e.Data); err != nil {
-			return e, err
-		}
+		return json.Unmarshal(data, &e.Data)
 	}
-	return e, nil
+	return nil
 }
 
 func scanOutbox(row pgx.Row) (OutboxMessage, error) {

@@ -274,3 +274,38 @@ func (s *Store) LastEventID(ctx context.Context, jobID string) (int64, error) {
 	}
 	return id, nil
 }
+
+// TenantEvent is a job event with its job's tenant.
+type TenantEvent struct {
+	Event
+	Tenant string
+}
+
+// JobLevelEvents are the events that follow a job's life as a whole.
+var JobLevelEvents = []string{EventJobAccepted, EventJobQueued, EventJobCreated, EventJobStatusChanged, EventCancelRequested}
+
+// EventsOfTenants reads up to limit job-level events after event id from,
+// of the jobs of tenants (nil: every tenant), oldest first.
+func (s *Store) EventsOfTenants(ctx context.Context, from int64, tenants []string, limit int) ([]TenantEvent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT e.event_id, e.job_id, e.step_id, e.attempt_no, e.type, e.from_status, e.to_status,
+		e.reason, e.data, e.created_at, r.tenant_id
+	FROM job_events e JOIN requests r ON r.job_id = e.job_id
+	WHERE e.event_id > $1 AND e.type = ANY($2) AND ($3::text[] IS NULL OR r.tenant_id = ANY($3))
+	ORDER BY e.event_id LIMIT $4`, from, JobLevelEvents, tenants, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tenant events: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantEvent, error) {
+		var te TenantEvent
+		return te, scanEventInto(row, &te.Event, &te.Tenant)
+	})
+}
+
+// LastEventIDOverall is the newest event id of the ledger (0: none).
+func (s *Store) LastEventIDOverall(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(event_id), 0) FROM job_events`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("last event: %w", err)
+	}
+	return id, nil
+}

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -171,5 +173,43 @@ func TestWatchJobStreamsEventsUntilTheJobEnds(t *testing.T) {
 	}
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a bad job id: %v", err)
+	}
+}
+
+// WatchJobs streams the job-level events of a tenant's jobs as they commit,
+// each with its job, in order, and nothing of another tenant's.
+func TestWatchJobsStreamsATenantsJobs(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
+	defer cancel()
+	stream, err := s.jobs.WatchJobs(ctx, &luciusv1.WatchJobsRequest{TenantId: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the stream is registered before the jobs are submitted
+	out, _ := s.output("watchjobs.json")
+	input := s.input("watchjobs.txt", sampleText)
+	mine := map[string]bool{s.submitAs("acme", "OCR", map[string]any{}, input, out, ""): true,
+		s.submitAs("acme", "OCR", map[string]any{}, input, out+".2", ""): true}
+	s.submitAs("globex", "OCR", map[string]any{}, input, out+".globex", "")
+	succeeded := map[string]bool{}
+	var last int64
+	for len(succeeded) < len(mine) {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d jobs succeeded: %v", len(succeeded), err)
+		}
+		e := r.GetEvent()
+		if !mine[e.GetJobId()] || r.GetJob().GetTenantId() != "acme" {
+			t.Fatalf("an event of another job or tenant: %v %v", e, r.GetJob().GetTenantId())
+		}
+		if e.GetEventId() <= last {
+			t.Fatalf("event %d after %d", e.GetEventId(), last)
+		}
+		last = e.GetEventId()
+		if e.GetType() == "JOB_STATUS_CHANGED" && e.GetToStatus() == "SUCCEEDED" {
+			succeeded[e.GetJobId()] = true
+		}
 	}
 }

@@ -352,6 +352,114 @@ func (StepView) EnumDescriptor() ([]byte, []int) {
 	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
+// WatchJobsRequest says whose jobs to follow and where to resume.
+type WatchJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this tenant's jobs (empty: every tenant the caller may see).
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// Events after this one (0: only events from now on).
+	AfterEventId  int64 `protobuf:"varint,2,opt,name=after_event_id,json=afterEventId,proto3" json:"after_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchJobsRequest) Reset() {
+	*x = WatchJobsRequest{}
+	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchJobsRequest) ProtoMessage() {}
+
+func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
+func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchJobsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *WatchJobsRequest) GetAfterEventId() int64 {
+	if x != nil {
+		return x.AfterEventId
+	}
+	return 0
+}
+
+// WatchJobsResponse is one job-level event and the job as it is when sent.
+type WatchJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Event         *JobEvent              `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchJobsResponse) Reset() {
+	*x = WatchJobsResponse{}
+	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchJobsResponse) ProtoMessage() {}
+
+func (x *WatchJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchJobsResponse.ProtoReflect.Descriptor instead.
+func (*WatchJobsResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchJobsResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *WatchJobsResponse) GetEvent() *JobEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // WatchJobRequest names the job and where to resume.
 type WatchJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -364,7 +472,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	mi := &file_lucius_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +484,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[0]
+	mi := &file_lucius_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +497,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WatchJobRequest) GetJobId() string {
@@ -419,7 +527,7 @@ type WatchJobResponse struct {
 
 func (x *WatchJobResponse) Reset() {
 	*x = WatchJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	mi := &file_lucius_v1_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +539,7 @@ func (x *WatchJobResponse) String() string {
 func (*WatchJobResponse) ProtoMessage() {}
 
 func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[1]
+	mi := &file_lucius_v1_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +552,7 @@ func (x *WatchJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobResponse.ProtoReflect.Descriptor instead.
 func (*WatchJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WatchJobResponse) GetJob() *Job {
@@ -488,7 +596,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	mi := &file_lucius_v1_job_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +608,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[2]
+	mi := &file_lucius_v1_job_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +621,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeadLetter) GetDeadLetterId() int64 {
@@ -621,7 +729,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +741,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[3]
+	mi := &file_lucius_v1_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +754,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListDeadLettersRequest) GetKind() DeadLetterKind {
@@ -688,7 +796,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +808,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[4]
+	mi := &file_lucius_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +821,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -740,7 +848,7 @@ type GetDeadLetterRequest struct {
 
 func (x *GetDeadLetterRequest) Reset() {
 	*x = GetDeadLetterRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +860,7 @@ func (x *GetDeadLetterRequest) String() string {
 func (*GetDeadLetterRequest) ProtoMessage() {}
 
 func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[5]
+	mi := &file_lucius_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +873,7 @@ func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*GetDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDeadLetterRequest) GetDeadLetterId() int64 {
@@ -785,7 +893,7 @@ type GetDeadLetterResponse struct {
 
 func (x *GetDeadLetterResponse) Reset() {
 	*x = GetDeadLetterResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +905,7 @@ func (x *GetDeadLetterResponse) String() string {
 func (*GetDeadLetterResponse) ProtoMessage() {}
 
 func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[6]
+	mi := &file_lucius_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +918,7 @@ func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -831,7 +939,7 @@ type ReplayJobRequest struct {
 
 func (x *ReplayJobRequest) Reset() {
 	*x = ReplayJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +951,7 @@ func (x *ReplayJobRequest) String() string {
 func (*ReplayJobRequest) ProtoMessage() {}
 
 func (x *ReplayJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[7]
+	mi := &file_lucius_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +964,7 @@ func (x *ReplayJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayJobRequest.ProtoReflect.Descriptor instead.
 func (*ReplayJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplayJobRequest) GetJobId() string {
@@ -883,7 +991,7 @@ type ReplayJobResponse struct {
 
 func (x *ReplayJobResponse) Reset() {
 	*x = ReplayJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1003,7 @@ func (x *ReplayJobResponse) String() string {
 func (*ReplayJobResponse) ProtoMessage() {}
 
 func (x *ReplayJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[8]
+	mi := &file_lucius_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1016,7 @@ func (x *ReplayJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayJobResponse.ProtoReflect.Descriptor instead.
 func (*ReplayJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplayJobResponse) GetJob() *Job {
@@ -940,7 +1048,7 @@ type Routing struct {
 
 func (x *Routing) Reset() {
 	*x = Routing{}
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1060,7 @@ func (x *Routing) String() string {
 func (*Routing) ProtoMessage() {}
 
 func (x *Routing) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[9]
+	mi := &file_lucius_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1073,7 @@ func (x *Routing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Routing.ProtoReflect.Descriptor instead.
 func (*Routing) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Routing) GetResolvedMode() string {
@@ -1029,7 +1137,7 @@ type ArtifactRef struct {
 
 func (x *ArtifactRef) Reset() {
 	*x = ArtifactRef{}
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1149,7 @@ func (x *ArtifactRef) String() string {
 func (*ArtifactRef) ProtoMessage() {}
 
 func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[10]
+	mi := &file_lucius_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1162,7 @@ func (x *ArtifactRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactRef.ProtoReflect.Descriptor instead.
 func (*ArtifactRef) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ArtifactRef) GetName() string {
@@ -1142,7 +1250,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1262,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[11]
+	mi := &file_lucius_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1275,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Job) GetJobId() string {
@@ -1391,7 +1499,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1511,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[12]
+	mi := &file_lucius_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1524,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Attempt) GetAttemptNo() int32 {
@@ -1550,7 +1658,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1670,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[13]
+	mi := &file_lucius_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1683,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Step) GetJobId() string {
@@ -1746,7 +1854,7 @@ type ChildCounts struct {
 
 func (x *ChildCounts) Reset() {
 	*x = ChildCounts{}
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1866,7 @@ func (x *ChildCounts) String() string {
 func (*ChildCounts) ProtoMessage() {}
 
 func (x *ChildCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[14]
+	mi := &file_lucius_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1879,7 @@ func (x *ChildCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildCounts.ProtoReflect.Descriptor instead.
 func (*ChildCounts) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChildCounts) GetTotal() int32 {
@@ -1831,7 +1939,7 @@ type JobEvent struct {
 
 func (x *JobEvent) Reset() {
 	*x = JobEvent{}
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1951,7 @@ func (x *JobEvent) String() string {
 func (*JobEvent) ProtoMessage() {}
 
 func (x *JobEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[15]
+	mi := &file_lucius_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1964,7 @@ func (x *JobEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobEvent.ProtoReflect.Descriptor instead.
 func (*JobEvent) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobEvent) GetEventId() int64 {
@@ -1939,7 +2047,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[16]
+	mi := &file_lucius_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2059,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[16]
+	mi := &file_lucius_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2072,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1984,7 +2092,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[17]
+	mi := &file_lucius_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2104,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[17]
+	mi := &file_lucius_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2117,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2036,7 +2144,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[18]
+	mi := &file_lucius_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2156,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[18]
+	mi := &file_lucius_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2169,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsRequest) GetTenantId() string {
@@ -2104,7 +2212,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[19]
+	mi := &file_lucius_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2224,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[19]
+	mi := &file_lucius_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2237,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2160,7 +2268,7 @@ type ListJobStepsRequest struct {
 
 func (x *ListJobStepsRequest) Reset() {
 	*x = ListJobStepsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[20]
+	mi := &file_lucius_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2280,7 @@ func (x *ListJobStepsRequest) String() string {
 func (*ListJobStepsRequest) ProtoMessage() {}
 
 func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[20]
+	mi := &file_lucius_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2293,7 @@ func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobStepsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobStepsRequest) GetJobId() string {
@@ -2228,7 +2336,7 @@ type ListJobStepsResponse struct {
 
 func (x *ListJobStepsResponse) Reset() {
 	*x = ListJobStepsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[21]
+	mi := &file_lucius_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2348,7 @@ func (x *ListJobStepsResponse) String() string {
 func (*ListJobStepsResponse) ProtoMessage() {}
 
 func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[21]
+	mi := &file_lucius_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2361,7 @@ func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobStepsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobStepsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobStepsResponse) GetSteps() []*Step {
@@ -2283,7 +2391,7 @@ type ListJobEventsRequest struct {
 
 func (x *ListJobEventsRequest) Reset() {
 	*x = ListJobEventsRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[22]
+	mi := &file_lucius_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2403,7 @@ func (x *ListJobEventsRequest) String() string {
 func (*ListJobEventsRequest) ProtoMessage() {}
 
 func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[22]
+	mi := &file_lucius_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2416,7 @@ func (x *ListJobEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobEventsRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListJobEventsRequest) GetJobId() string {
@@ -2343,7 +2451,7 @@ type ListJobEventsResponse struct {
 
 func (x *ListJobEventsResponse) Reset() {
 	*x = ListJobEventsResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[23]
+	mi := &file_lucius_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2463,7 @@ func (x *ListJobEventsResponse) String() string {
 func (*ListJobEventsResponse) ProtoMessage() {}
 
 func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[23]
+	mi := &file_lucius_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2476,7 @@ func (x *ListJobEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobEventsResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListJobEventsResponse) GetEvents() []*JobEvent {
@@ -2397,7 +2505,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_lucius_v1_job_proto_msgTypes[24]
+	mi := &file_lucius_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2517,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[24]
+	mi := &file_lucius_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2530,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -2449,7 +2557,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_lucius_v1_job_proto_msgTypes[25]
+	mi := &file_lucius_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2569,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lucius_v1_job_proto_msgTypes[25]
+	mi := &file_lucius_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2582,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_lucius_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_lucius_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2488,7 +2596,13 @@ var File_lucius_v1_job_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"n\n" +
+	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n" +
+	"\x10WatchJobsRequest\x12%\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12-\n" +
+	"\x0eafter_event_id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\fafterEventId\"`\n" +
+	"\x11WatchJobsResponse\x12 \n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\x12)\n" +
+	"\x05event\x18\x02 \x01(\v2\x13.lucius.v1.JobEventR\x05event\"n\n" +
 	"\x0fWatchJobRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12-\n" +
 	"\x0eafter_event_id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\fafterEventId\"_\n" +
@@ -2735,7 +2849,7 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x1dDECISION_SOURCE_GLOBAL_CONFIG\x10\x03*9\n" +
 	"\bStepView\x12\x19\n" +
 	"\x15STEP_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
-	"\x0eSTEP_VIEW_FULL\x10\x012\xe7\x05\n" +
+	"\x0eSTEP_VIEW_FULL\x10\x012\xc9\x06\n" +
 	"\n" +
 	"JobService\x12X\n" +
 	"\x06GetJob\x12\x18.lucius.v1.GetJobRequest\x1a\x19.lucius.v1.GetJobResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/jobs/{job_id}\x12U\n" +
@@ -2745,7 +2859,8 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\rListJobEvents\x12\x1f.lucius.v1.ListJobEventsRequest\x1a .lucius.v1.ListJobEventsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/jobs/{job_id}/events\x12k\n" +
 	"\tCancelJob\x12\x1b.lucius.v1.CancelJobRequest\x1a\x1c.lucius.v1.CancelJobResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/jobs/{job_id}:cancel\x12k\n" +
 	"\tReplayJob\x12\x1b.lucius.v1.ReplayJobRequest\x1a\x1c.lucius.v1.ReplayJobResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/jobs/{job_id}:replay\x12f\n" +
-	"\bWatchJob\x12\x1a.lucius.v1.WatchJobRequest\x1a\x1b.lucius.v1.WatchJobResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/jobs/{job_id}:watch0\x012\x84\x02\n" +
+	"\bWatchJob\x12\x1a.lucius.v1.WatchJobRequest\x1a\x1b.lucius.v1.WatchJobResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/jobs/{job_id}:watch0\x01\x12`\n" +
+	"\tWatchJobs\x12\x1b.lucius.v1.WatchJobsRequest\x1a\x1c.lucius.v1.WatchJobsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/jobs:watch0\x012\x84\x02\n" +
 	"\x11DeadLetterService\x12q\n" +
 	"\x0fListDeadLetters\x12!.lucius.v1.ListDeadLettersRequest\x1a\".lucius.v1.ListDeadLettersResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/deadletters\x12|\n" +
 	"\rGetDeadLetter\x12\x1f.lucius.v1.GetDeadLetterRequest\x1a .lucius.v1.GetDeadLetterResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/deadletters/{dead_letter_id}B?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
@@ -2763,111 +2878,117 @@ func file_lucius_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_lucius_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_lucius_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lucius_v1_job_proto_goTypes = []any{
 	(DeadLetterKind)(0),             // 0: lucius.v1.DeadLetterKind
 	(JobStatus)(0),                  // 1: lucius.v1.JobStatus
 	(StepStatus)(0),                 // 2: lucius.v1.StepStatus
 	(DecisionSource)(0),             // 3: lucius.v1.DecisionSource
 	(StepView)(0),                   // 4: lucius.v1.StepView
-	(*WatchJobRequest)(nil),         // 5: lucius.v1.WatchJobRequest
-	(*WatchJobResponse)(nil),        // 6: lucius.v1.WatchJobResponse
-	(*DeadLetter)(nil),              // 7: lucius.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),  // 8: lucius.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil), // 9: lucius.v1.ListDeadLettersResponse
-	(*GetDeadLetterRequest)(nil),    // 10: lucius.v1.GetDeadLetterRequest
-	(*GetDeadLetterResponse)(nil),   // 11: lucius.v1.GetDeadLetterResponse
-	(*ReplayJobRequest)(nil),        // 12: lucius.v1.ReplayJobRequest
-	(*ReplayJobResponse)(nil),       // 13: lucius.v1.ReplayJobResponse
-	(*Routing)(nil),                 // 14: lucius.v1.Routing
-	(*ArtifactRef)(nil),             // 15: lucius.v1.ArtifactRef
-	(*Job)(nil),                     // 16: lucius.v1.Job
-	(*Attempt)(nil),                 // 17: lucius.v1.Attempt
-	(*Step)(nil),                    // 18: lucius.v1.Step
-	(*ChildCounts)(nil),             // 19: lucius.v1.ChildCounts
-	(*JobEvent)(nil),                // 20: lucius.v1.JobEvent
-	(*GetJobRequest)(nil),           // 21: lucius.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 22: lucius.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 23: lucius.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 24: lucius.v1.ListJobsResponse
-	(*ListJobStepsRequest)(nil),     // 25: lucius.v1.ListJobStepsRequest
-	(*ListJobStepsResponse)(nil),    // 26: lucius.v1.ListJobStepsResponse
-	(*ListJobEventsRequest)(nil),    // 27: lucius.v1.ListJobEventsRequest
-	(*ListJobEventsResponse)(nil),   // 28: lucius.v1.ListJobEventsResponse
-	(*CancelJobRequest)(nil),        // 29: lucius.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),       // 30: lucius.v1.CancelJobResponse
-	nil,                             // 31: lucius.v1.DeadLetter.PropertiesEntry
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 33: google.protobuf.Struct
+	(*WatchJobsRequest)(nil),        // 5: lucius.v1.WatchJobsRequest
+	(*WatchJobsResponse)(nil),       // 6: lucius.v1.WatchJobsResponse
+	(*WatchJobRequest)(nil),         // 7: lucius.v1.WatchJobRequest
+	(*WatchJobResponse)(nil),        // 8: lucius.v1.WatchJobResponse
+	(*DeadLetter)(nil),              // 9: lucius.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),  // 10: lucius.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil), // 11: lucius.v1.ListDeadLettersResponse
+	(*GetDeadLetterRequest)(nil),    // 12: lucius.v1.GetDeadLetterRequest
+	(*GetDeadLetterResponse)(nil),   // 13: lucius.v1.GetDeadLetterResponse
+	(*ReplayJobRequest)(nil),        // 14: lucius.v1.ReplayJobRequest
+	(*ReplayJobResponse)(nil),       // 15: lucius.v1.ReplayJobResponse
+	(*Routing)(nil),                 // 16: lucius.v1.Routing
+	(*ArtifactRef)(nil),             // 17: lucius.v1.ArtifactRef
+	(*Job)(nil),                     // 18: lucius.v1.Job
+	(*Attempt)(nil),                 // 19: lucius.v1.Attempt
+	(*Step)(nil),                    // 20: lucius.v1.Step
+	(*ChildCounts)(nil),             // 21: lucius.v1.ChildCounts
+	(*JobEvent)(nil),                // 22: lucius.v1.JobEvent
+	(*GetJobRequest)(nil),           // 23: lucius.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 24: lucius.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 25: lucius.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 26: lucius.v1.ListJobsResponse
+	(*ListJobStepsRequest)(nil),     // 27: lucius.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),    // 28: lucius.v1.ListJobStepsResponse
+	(*ListJobEventsRequest)(nil),    // 29: lucius.v1.ListJobEventsRequest
+	(*ListJobEventsResponse)(nil),   // 30: lucius.v1.ListJobEventsResponse
+	(*CancelJobRequest)(nil),        // 31: lucius.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),       // 32: lucius.v1.CancelJobResponse
+	nil,                             // 33: lucius.v1.DeadLetter.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 35: google.protobuf.Struct
 }
 var file_lucius_v1_job_proto_depIdxs = []int32{
-	16, // 0: lucius.v1.WatchJobResponse.job:type_name -> lucius.v1.Job
-	20, // 1: lucius.v1.WatchJobResponse.event:type_name -> lucius.v1.JobEvent
-	0,  // 2: lucius.v1.DeadLetter.kind:type_name -> lucius.v1.DeadLetterKind
-	31, // 3: lucius.v1.DeadLetter.properties:type_name -> lucius.v1.DeadLetter.PropertiesEntry
-	32, // 4: lucius.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 5: lucius.v1.ListDeadLettersRequest.kind:type_name -> lucius.v1.DeadLetterKind
-	7,  // 6: lucius.v1.ListDeadLettersResponse.dead_letters:type_name -> lucius.v1.DeadLetter
-	7,  // 7: lucius.v1.GetDeadLetterResponse.dead_letter:type_name -> lucius.v1.DeadLetter
-	16, // 8: lucius.v1.ReplayJobResponse.job:type_name -> lucius.v1.Job
-	3,  // 9: lucius.v1.Routing.decision_source:type_name -> lucius.v1.DecisionSource
-	1,  // 10: lucius.v1.Job.status:type_name -> lucius.v1.JobStatus
-	14, // 11: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
-	33, // 12: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
-	32, // 13: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	32, // 14: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	32, // 15: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
-	32, // 16: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
-	32, // 17: lucius.v1.Job.deadline_time:type_name -> google.protobuf.Timestamp
-	2,  // 18: lucius.v1.Attempt.status:type_name -> lucius.v1.StepStatus
-	14, // 19: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
-	32, // 20: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
-	32, // 21: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
-	32, // 22: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
-	32, // 23: lucius.v1.Attempt.ack_deadline:type_name -> google.protobuf.Timestamp
-	32, // 24: lucius.v1.Attempt.lease_expire_time:type_name -> google.protobuf.Timestamp
-	33, // 25: lucius.v1.Attempt.progress:type_name -> google.protobuf.Struct
-	2,  // 26: lucius.v1.Step.status:type_name -> lucius.v1.StepStatus
-	33, // 27: lucius.v1.Step.output:type_name -> google.protobuf.Struct
-	15, // 28: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
-	17, // 29: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
-	32, // 30: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
-	32, // 31: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
-	32, // 32: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
-	33, // 33: lucius.v1.Step.params:type_name -> google.protobuf.Struct
-	19, // 34: lucius.v1.Step.children:type_name -> lucius.v1.ChildCounts
-	33, // 35: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
-	32, // 36: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
-	16, // 37: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
-	1,  // 38: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
-	16, // 39: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
-	4,  // 40: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
-	18, // 41: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
-	20, // 42: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
-	16, // 43: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
-	21, // 44: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
-	23, // 45: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
-	25, // 46: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
-	27, // 47: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
-	29, // 48: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
-	12, // 49: lucius.v1.JobService.ReplayJob:input_type -> lucius.v1.ReplayJobRequest
-	5,  // 50: lucius.v1.JobService.WatchJob:input_type -> lucius.v1.WatchJobRequest
-	8,  // 51: lucius.v1.DeadLetterService.ListDeadLetters:input_type -> lucius.v1.ListDeadLettersRequest
-	10, // 52: lucius.v1.DeadLetterService.GetDeadLetter:input_type -> lucius.v1.GetDeadLetterRequest
-	22, // 53: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
-	24, // 54: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
-	26, // 55: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
-	28, // 56: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
-	30, // 57: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
-	13, // 58: lucius.v1.JobService.ReplayJob:output_type -> lucius.v1.ReplayJobResponse
-	6,  // 59: lucius.v1.JobService.WatchJob:output_type -> lucius.v1.WatchJobResponse
-	9,  // 60: lucius.v1.DeadLetterService.ListDeadLetters:output_type -> lucius.v1.ListDeadLettersResponse
-	11, // 61: lucius.v1.DeadLetterService.GetDeadLetter:output_type -> lucius.v1.GetDeadLetterResponse
-	53, // [53:62] is the sub-list for method output_type
-	44, // [44:53] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	18, // 0: lucius.v1.WatchJobsResponse.job:type_name -> lucius.v1.Job
+	22, // 1: lucius.v1.WatchJobsResponse.event:type_name -> lucius.v1.JobEvent
+	18, // 2: lucius.v1.WatchJobResponse.job:type_name -> lucius.v1.Job
+	22, // 3: lucius.v1.WatchJobResponse.event:type_name -> lucius.v1.JobEvent
+	0,  // 4: lucius.v1.DeadLetter.kind:type_name -> lucius.v1.DeadLetterKind
+	33, // 5: lucius.v1.DeadLetter.properties:type_name -> lucius.v1.DeadLetter.PropertiesEntry
+	34, // 6: lucius.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: lucius.v1.ListDeadLettersRequest.kind:type_name -> lucius.v1.DeadLetterKind
+	9,  // 8: lucius.v1.ListDeadLettersResponse.dead_letters:type_name -> lucius.v1.DeadLetter
+	9,  // 9: lucius.v1.GetDeadLetterResponse.dead_letter:type_name -> lucius.v1.DeadLetter
+	18, // 10: lucius.v1.ReplayJobResponse.job:type_name -> lucius.v1.Job
+	3,  // 11: lucius.v1.Routing.decision_source:type_name -> lucius.v1.DecisionSource
+	1,  // 12: lucius.v1.Job.status:type_name -> lucius.v1.JobStatus
+	16, // 13: lucius.v1.Job.routing:type_name -> lucius.v1.Routing
+	35, // 14: lucius.v1.Job.payload:type_name -> google.protobuf.Struct
+	34, // 15: lucius.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	34, // 16: lucius.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	34, // 17: lucius.v1.Job.complete_time:type_name -> google.protobuf.Timestamp
+	34, // 18: lucius.v1.Job.cancel_time:type_name -> google.protobuf.Timestamp
+	34, // 19: lucius.v1.Job.deadline_time:type_name -> google.protobuf.Timestamp
+	2,  // 20: lucius.v1.Attempt.status:type_name -> lucius.v1.StepStatus
+	16, // 21: lucius.v1.Attempt.routing:type_name -> lucius.v1.Routing
+	34, // 22: lucius.v1.Attempt.create_time:type_name -> google.protobuf.Timestamp
+	34, // 23: lucius.v1.Attempt.ack_time:type_name -> google.protobuf.Timestamp
+	34, // 24: lucius.v1.Attempt.complete_time:type_name -> google.protobuf.Timestamp
+	34, // 25: lucius.v1.Attempt.ack_deadline:type_name -> google.protobuf.Timestamp
+	34, // 26: lucius.v1.Attempt.lease_expire_time:type_name -> google.protobuf.Timestamp
+	35, // 27: lucius.v1.Attempt.progress:type_name -> google.protobuf.Struct
+	2,  // 28: lucius.v1.Step.status:type_name -> lucius.v1.StepStatus
+	35, // 29: lucius.v1.Step.output:type_name -> google.protobuf.Struct
+	17, // 30: lucius.v1.Step.artifacts:type_name -> lucius.v1.ArtifactRef
+	19, // 31: lucius.v1.Step.attempts:type_name -> lucius.v1.Attempt
+	34, // 32: lucius.v1.Step.create_time:type_name -> google.protobuf.Timestamp
+	34, // 33: lucius.v1.Step.update_time:type_name -> google.protobuf.Timestamp
+	34, // 34: lucius.v1.Step.complete_time:type_name -> google.protobuf.Timestamp
+	35, // 35: lucius.v1.Step.params:type_name -> google.protobuf.Struct
+	21, // 36: lucius.v1.Step.children:type_name -> lucius.v1.ChildCounts
+	35, // 37: lucius.v1.JobEvent.data:type_name -> google.protobuf.Struct
+	34, // 38: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
+	18, // 39: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
+	1,  // 40: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
+	18, // 41: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
+	4,  // 42: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
+	20, // 43: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
+	22, // 44: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
+	18, // 45: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
+	23, // 46: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
+	25, // 47: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
+	27, // 48: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
+	29, // 49: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
+	31, // 50: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
+	14, // 51: lucius.v1.JobService.ReplayJob:input_type -> lucius.v1.ReplayJobRequest
+	7,  // 52: lucius.v1.JobService.WatchJob:input_type -> lucius.v1.WatchJobRequest
+	5,  // 53: lucius.v1.JobService.WatchJobs:input_type -> lucius.v1.WatchJobsRequest
+	10, // 54: lucius.v1.DeadLetterService.ListDeadLetters:input_type -> lucius.v1.ListDeadLettersRequest
+	12, // 55: lucius.v1.DeadLetterService.GetDeadLetter:input_type -> lucius.v1.GetDeadLetterRequest
+	24, // 56: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
+	26, // 57: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
+	28, // 58: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
+	30, // 59: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
+	32, // 60: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
+	15, // 61: lucius.v1.JobService.ReplayJob:output_type -> lucius.v1.ReplayJobResponse
+	8,  // 62: lucius.v1.JobService.WatchJob:output_type -> lucius.v1.WatchJobResponse
+	6,  // 63: lucius.v1.JobService.WatchJobs:output_type -> lucius.v1.WatchJobsResponse
+	11, // 64: lucius.v1.DeadLetterService.ListDeadLetters:output_type -> lucius.v1.ListDeadLettersResponse
+	13, // 65: lucius.v1.DeadLetterService.GetDeadLetter:output_type -> lucius.v1.GetDeadLetterResponse
+	56, // [56:66] is the sub-list for method output_type
+	46, // [46:56] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_job_proto_init() }
@@ -2881,7 +3002,7 @@ func file_lucius_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_job_proto_rawDesc), len(file_lucius_v1_job_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

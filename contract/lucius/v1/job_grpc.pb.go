@@ -26,6 +26,7 @@ const (
 	JobService_CancelJob_FullMethodName     = "/lucius.v1.JobService/CancelJob"
 	JobService_ReplayJob_FullMethodName     = "/lucius.v1.JobService/ReplayJob"
 	JobService_WatchJob_FullMethodName      = "/lucius.v1.JobService/WatchJob"
+	JobService_WatchJobs_FullMethodName     = "/lucius.v1.JobService/WatchJobs"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -64,6 +65,12 @@ type JobServiceClient interface {
 	// once for a job already terminal). A dropped stream resumes with
 	// after_event_id, the last event_id received: nothing is missed or repeated.
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error)
+	// WatchJobs follows many jobs (server streaming): the job-level events
+	// (JOB_ACCEPTED, JOB_QUEUED, JOB_CREATED, JOB_STATUS_CHANGED,
+	// CANCEL_REQUESTED) of a tenant's jobs, or of every job the caller may see,
+	// as they commit, each with its job. It does not end by itself; a dropped
+	// stream resumes with after_event_id.
+	WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobsResponse], error)
 }
 
 type jobServiceClient struct {
@@ -153,6 +160,25 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, in *WatchJobRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobClient = grpc.ServerStreamingClient[WatchJobResponse]
 
+func (c *jobServiceClient) WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[1], JobService_WatchJobs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchJobsRequest, WatchJobsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobsClient = grpc.ServerStreamingClient[WatchJobsResponse]
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -189,6 +215,12 @@ type JobServiceServer interface {
 	// once for a job already terminal). A dropped stream resumes with
 	// after_event_id, the last event_id received: nothing is missed or repeated.
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error
+	// WatchJobs follows many jobs (server streaming): the job-level events
+	// (JOB_ACCEPTED, JOB_QUEUED, JOB_CREATED, JOB_STATUS_CHANGED,
+	// CANCEL_REQUESTED) of a tenant's jobs, or of every job the caller may see,
+	// as they commit, each with its job. It does not end by itself; a dropped
+	// stream resumes with after_event_id.
+	WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[WatchJobsResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -219,6 +251,9 @@ func (UnimplementedJobServiceServer) ReplayJob(context.Context, *ReplayJobReques
 }
 func (UnimplementedJobServiceServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
+}
+func (UnimplementedJobServiceServer) WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[WatchJobsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchJobs not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -360,6 +395,17 @@ func _JobService_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobServer = grpc.ServerStreamingServer[WatchJobResponse]
 
+func _JobService_WatchJobs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchJobsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).WatchJobs(m, &grpc.GenericServerStream[WatchJobsRequest, WatchJobsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobsServer = grpc.ServerStreamingServer[WatchJobsResponse]
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -396,6 +442,11 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchJob",
 			Handler:       _JobService_WatchJob_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchJobs",
+			Handler:       _JobService_WatchJobs_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/core/routing"
 	"github.com/lucius-platform/lucius/core/server"
 	"github.com/lucius-platform/lucius/core/telemetry"
 )
@@ -25,7 +27,27 @@ type watchHub struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	watches  map[string]map[*jobWatch]struct{} // by job id
+	tenants  map[*tenantWatch]struct{}
 }
+
+// tenantWatch is one WatchJobs stream: the job-level events of some
+// tenants' jobs (all when tenants is nil).
+type tenantWatch struct {
+	tenants map[string]bool
+	// floor is where the stream started: nothing at or below it is sent
+	// (the client has it, or asked for what came later).
+	floor, after int64
+	// sent remembers the ids sent at or below after that a late commit may
+	// still surface (see watchLookback).
+	sent   map[int64]bool
+	events chan []ledger.Event
+	err    error
+}
+
+// watchLookback: event ids are taken in transactions that commit in any
+// order, so an id below one already read may commit later. Tenant streams
+// read this many ids behind their cursor again, and skip what they sent.
+const watchLookback = 500
 
 // jobWatch is one stream's place in its job's events.
 type jobWatch struct {
@@ -47,7 +69,8 @@ const (
 var errWatchBehind = errors.New("the stream fell behind")
 
 func newWatchHub(store *ledger.Store, log *slog.Logger) *watchHub {
-	return &watchHub{store: store, interval: watchInterval, log: log, watches: map[string]map[*jobWatch]struct{}{}}
+	return &watchHub{store: store, interval: watchInterval, log: log, watches: map[string]map[*jobWatch]struct{}{},
+		tenants: map[*tenantWatch]struct{}{}}
 }
 
 func (h *watchHub) add(jobID string, after int64) *jobWatch {
@@ -70,13 +93,97 @@ func (h *watchHub) remove(w *jobWatch) {
 	}
 }
 
+func (h *watchHub) addTenants(tenants []string, after int64) *tenantWatch {
+	w := &tenantWatch{floor: after, after: after, sent: map[int64]bool{}, events: make(chan []ledger.Event, watchBuffer)}
+	if tenants != nil {
+		w.tenants = map[string]bool{}
+		for _, t := range tenants {
+			w.tenants[t] = true
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tenants[w] = struct{}{}
+	return w
+}
+
+func (h *watchHub) removeTenants(w *tenantWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.tenants, w)
+}
+
 // run reads and hands out new events until ctx ends.
 func (h *watchHub) run(ctx context.Context) {
 	loop.Every(ctx, h.interval, false, func(ctx context.Context) {
 		for h.round(ctx) == watchBatch {
 			// a full batch: read on at once
 		}
+		h.tenantRound(ctx)
 	})
+}
+
+// tenantRound reads the job-level events every tenant stream waits for in
+// one query, and hands each stream its own.
+func (h *watchHub) tenantRound(ctx context.Context) {
+	h.mu.Lock()
+	if len(h.tenants) == 0 {
+		h.mu.Unlock()
+		return
+	}
+	from, all := int64(-1), false
+	var tenants []string
+	for w := range h.tenants {
+		if from < 0 || w.after < from {
+			from = w.after
+		}
+		if w.tenants == nil {
+			all = true
+		}
+		for t := range w.tenants {
+			tenants = append(tenants, t)
+		}
+	}
+	h.mu.Unlock()
+	if all {
+		tenants = nil
+	}
+	events, err := h.store.EventsOfTenants(ctx, max(0, from-watchLookback), tenants, watchBatch)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.WarnContext(ctx, "watch: read tenant events", telemetry.Err(err))
+		}
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.tenants {
+		var mine []ledger.Event
+		for _, e := range events {
+			if (w.tenants == nil || w.tenants[e.Tenant]) && e.ID > max(w.floor, w.after-watchLookback) && !w.sent[e.ID] {
+				mine = append(mine, e.Event)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		select {
+		case w.events <- mine:
+			for _, e := range mine {
+				w.sent[e.ID] = true
+				w.after = max(w.after, e.ID)
+			}
+			for id := range w.sent { // forget what no lookback reaches any more
+				if id <= w.after-watchLookback {
+					delete(w.sent, id)
+				}
+			}
+		default:
+			w.err = errWatchBehind
+			close(w.events)
+			delete(h.tenants, w)
+		}
+	}
 }
 
 // round reads once and returns how many events it read.
@@ -190,6 +297,50 @@ func (s *jobService) WatchJob(req *luciusv1.WatchJobRequest, stream luciusv1.Job
 				}
 				if ended {
 					return nil
+				}
+			}
+		}
+	}
+}
+
+// WatchJobs streams the job-level events of a tenant's jobs (or of every
+// job the caller may see) as they commit, each with its job.
+func (s *jobService) WatchJobs(req *luciusv1.WatchJobsRequest, stream luciusv1.JobService_WatchJobsServer) error {
+	ctx := stream.Context()
+	tenants := tenantScope(ctx) // nil: an operator sees every tenant
+	if t := req.GetTenantId(); t != "" {
+		t = routing.Normalize(t)
+		if tenants != nil && !slices.Contains(tenants, t) {
+			tenants = []string{} // not the caller's: it sees nothing there, as if it had no jobs
+		} else {
+			tenants = []string{t}
+		}
+	}
+	after := req.GetAfterEventId()
+	if after == 0 {
+		var err error
+		if after, err = s.store.LastEventIDOverall(ctx); err != nil {
+			return s.storeError(ctx, err, "")
+		}
+	}
+	w := s.watch.addTenants(tenants, after)
+	defer s.watch.removeTenants(w)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case batch, ok := <-w.events:
+			if !ok {
+				return server.Error(codes.Aborted, server.ReasonWatchBehind,
+					"the stream fell behind; watch again with after_event_id set to the last event_id received").Err()
+			}
+			for _, e := range batch {
+				job, err := s.store.GetJob(ctx, e.JobID)
+				if err != nil {
+					return s.storeError(ctx, err, e.JobID)
+				}
+				if err := stream.Send(&luciusv1.WatchJobsResponse{Job: jobToProto(job), Event: eventToProto(e)}); err != nil {
+					return err
 				}
 			}
 		}
