@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // cli runs the lucius binary against the suite as token's holder and
@@ -136,7 +137,16 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 	// Operations.
 	check(run{"breaker list", op, []string{"breaker", "list"}, 0, []string{"SERVICE", "STATE"}})
 	check(run{"breaker show", op, []string{"breaker", "show", "ocr"}, 0, []string{"ocr", "CLOSED"}})
-	check(run{"worker list", op, []string{"worker", "list"}, 0, []string{"ocr", "OCR"}})
+	// Workers announce themselves in the background, retrying until the gateway is up.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		stdout, _, code := s.cli(op, "worker", "list")
+		if code == 0 && strings.Contains(stdout, "ocr") && strings.Contains(stdout, "OCR") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker list never showed ocr (exit %d):\n%s", code, stdout)
+		}
+	}
 
 	// Live configuration and runbooks.
 	check(run{"config get", op, []string{"config", "get"}, 0, []string{"default_mode: MODE_DEFAULT", "revision:"}})
