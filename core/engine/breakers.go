@@ -16,6 +16,13 @@ const (
 	ReasonResumed         = "RESUMED"
 )
 
+// holdReasons are each kind of hold's reasons: when a step is held, and
+// when it is released.
+var holdReasons = map[string]struct{ held, released string }{
+	ledger.HoldCircuit: {ReasonCircuitOpen, ReasonCircuitReleased},
+	ledger.HoldPause:   {ReasonPaused, ReasonResumed},
+}
+
 // Pauses tells whether an operator paused a job's work (package config's
 // live snapshot answers it): the pause's description when it did.
 type Pauses interface {
@@ -46,10 +53,7 @@ func (r *run) releasing(s *ledger.Step, kind string) bool {
 // out, until ReleaseHold. Holding never fails a job: its SLA still bounds
 // the wait, and cancelling the job cancels the step at once.
 func (r *run) hold(ctx context.Context, s *ledger.Step, kind, why string) error {
-	code := ReasonCircuitOpen
-	if kind == ledger.HoldPause {
-		code = ReasonPaused
-	}
+	code := holdReasons[kind].held
 	setStepStatus(r.tx, s, ledger.StepReady, code, r.now)
 	s.Reason = why
 	if err := r.tx.HoldStep(ctx, ledger.HeldStep{JobID: r.job.JobID, StepID: s.StepID, Kind: kind, Service: s.Service,
@@ -96,11 +100,7 @@ func (e *Engine) ReleaseHold(ctx context.Context, h ledger.HeldStep) (Swept, err
 			step = node
 		}
 		r.released.step, r.released.kind = step.StepID, h.Kind
-		reason := ReasonCircuitReleased
-		if h.Kind == ledger.HoldPause {
-			reason = ReasonResumed
-		}
-		if err := r.newAttempt(ctx, step, now, reason); err != nil {
+		if err := r.newAttempt(ctx, step, now, holdReasons[h.Kind].released); err != nil {
 			return err
 		}
 		out = Swept{Applied: true, Outcome: "RELEASED"}

@@ -190,20 +190,25 @@ func (s *Store) ServiceOutcomes(ctx context.Context, window time.Duration) ([]Se
 }
 
 // HeldSteps lists up to limit steps held for kind (of service, for a
-// breaker; every paused step for pauses), in release order: highest
-// priority first, then the longest waiting.
+// breaker; every paused step for pauses), in release order.
 func (s *Store) HeldSteps(ctx context.Context, kind, service string, limit int) ([]HeldStep, error) {
+	return s.holds(ctx, fmt.Sprintf("held steps (%s %s)", kind, service), `kind = $1 AND ($2 = '' OR service = $2)`, kind, service, limit)
+}
+
+// holds lists up to limit (the last argument) steps held that match where,
+// in release order: highest priority first, then the longest waiting.
+func (s *Store) holds(ctx context.Context, what, where string, args ...any) ([]HeldStep, error) {
 	rows, err := s.pool.Query(ctx, `SELECT job_id, step_id, kind, service, tenant_id, lane, workflow_id, priority FROM step_holds
-	WHERE kind = $1 AND ($2 = '' OR service = $2) ORDER BY priority DESC, held_at LIMIT $3`, kind, service, limit)
+	WHERE `+where+fmt.Sprintf(` ORDER BY priority DESC, held_at LIMIT $%d`, len(args)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("held steps (%s %s): %w", kind, service, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeldStep, error) {
 		var h HeldStep
 		return h, row.Scan(&h.JobID, &h.StepID, &h.Kind, &h.Service, &h.Tenant, &h.Lane, &h.Workflow, &h.Priority)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("held steps (%s %s): %w", kind, service, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -289,18 +294,6 @@ func (s *Store) FreedHolds(ctx context.Context, set PauseSet, limit int) ([]Held
 		}
 		return v
 	}
-	rows, err := s.pool.Query(ctx, `SELECT job_id, step_id, kind, service, tenant_id, lane, workflow_id, priority FROM step_holds
-	WHERE kind = 'pause' AND tenant_id <> ALL($1) AND lane <> ALL($2) AND workflow_id <> ALL($3)
-	ORDER BY priority DESC, held_at LIMIT $4`, nonNil(set.Tenants), nonNil(set.Lanes), nonNil(set.Workflows), limit)
-	if err != nil {
-		return nil, fmt.Errorf("freed holds: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HeldStep, error) {
-		var h HeldStep
-		return h, row.Scan(&h.JobID, &h.StepID, &h.Kind, &h.Service, &h.Tenant, &h.Lane, &h.Workflow, &h.Priority)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("freed holds: %w", err)
-	}
-	return out, nil
+	return s.holds(ctx, "freed holds", `kind = 'pause' AND tenant_id <> ALL($1) AND lane <> ALL($2) AND workflow_id <> ALL($3)`,
+		nonNil(set.Tenants), nonNil(set.Lanes), nonNil(set.Workflows), limit)
 }

@@ -14,10 +14,9 @@ import (
 
 // PauseWork stores a pause in the live configuration.
 func (s *configService) PauseWork(ctx context.Context, req *luciusv1.PauseWorkRequest) (*luciusv1.PauseWorkResponse, error) {
-	scope := pauseScope(req.GetScope())
-	key, err := config.NormalizePauseKey(scope, req.GetKey())
+	scope, key, err := pauseTarget(req.GetScope(), req.GetKey())
 	if err != nil {
-		return nil, server.InvalidArgument(server.Violation{Field: "key", Reason: server.ReasonInvalidArgument, Description: err.Error()}).Err()
+		return nil, err
 	}
 	p, err := s.watcher.Store().Pause(ctx, config.Pause{Scope: scope, Key: key, Reason: req.GetReason(),
 		RefuseSubmits: req.GetRefuseSubmits(), PausedBy: principalName(ctx)})
@@ -30,10 +29,9 @@ func (s *configService) PauseWork(ctx context.Context, req *luciusv1.PauseWorkRe
 
 // ResumeWork lifts a pause; the reconciler dispatches what it held.
 func (s *configService) ResumeWork(ctx context.Context, req *luciusv1.ResumeWorkRequest) (*luciusv1.ResumeWorkResponse, error) {
-	scope := pauseScope(req.GetScope())
-	key, err := config.NormalizePauseKey(scope, req.GetKey())
+	scope, key, err := pauseTarget(req.GetScope(), req.GetKey())
 	if err != nil {
-		return nil, server.InvalidArgument(server.Violation{Field: "key", Reason: server.ReasonInvalidArgument, Description: err.Error()}).Err()
+		return nil, err
 	}
 	err = s.watcher.Store().Resume(ctx, scope, key, principalName(ctx))
 	if errors.Is(err, config.ErrNoPause) {
@@ -71,6 +69,16 @@ func (s *configService) ListPauses(ctx context.Context, req *luciusv1.ListPauses
 		}
 	}
 	return resp, nil
+}
+
+// pauseTarget is a request's scope and normalized key, or a field violation.
+func pauseTarget(scope luciusv1.PauseScope, key string) (string, string, error) {
+	sc := pauseScope(scope)
+	k, err := config.NormalizePauseKey(sc, key)
+	if err != nil {
+		return "", "", server.InvalidArgument(server.Violation{Field: "key", Reason: server.ReasonInvalidArgument, Description: err.Error()}).Err()
+	}
+	return sc, k, nil
 }
 
 func pauseScope(s luciusv1.PauseScope) string {

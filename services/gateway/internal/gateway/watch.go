@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -40,8 +39,7 @@ type tenantWatch struct {
 	// sent remembers the ids sent at or below after that a late commit may
 	// still surface (see watchLookback).
 	sent   map[int64]bool
-	events chan []ledger.Event
-	err    error
+	events chan []ledger.Event // as jobWatch.events
 }
 
 // watchLookback: event ids are taken in transactions that commit in any
@@ -53,10 +51,9 @@ const watchLookback = 500
 type jobWatch struct {
 	jobID string
 	after int64
-	// events delivers batches in order; closed (with err set) when the
-	// watcher fell too far behind.
+	// events delivers batches in order; closed when the watcher fell too
+	// far behind.
 	events chan []ledger.Event
-	err    error
 }
 
 const (
@@ -64,9 +61,6 @@ const (
 	watchBatch    = 1000 // events one query reads
 	watchBuffer   = 64   // batches a stream may fall behind before it is dropped
 )
-
-// errWatchBehind ends a stream that does not keep up; it resumes from its last event.
-var errWatchBehind = errors.New("the stream fell behind")
 
 func newWatchHub(store *ledger.Store, log *slog.Logger) *watchHub {
 	return &watchHub{store: store, interval: watchInterval, log: log, watches: map[string]map[*jobWatch]struct{}{},
@@ -167,22 +161,32 @@ func (h *watchHub) tenantRound(ctx context.Context) {
 		if len(mine) == 0 {
 			continue
 		}
-		select {
-		case w.events <- mine:
-			for _, e := range mine {
-				w.sent[e.ID] = true
-				w.after = max(w.after, e.ID)
-			}
-			for id := range w.sent { // forget what no lookback reaches any more
-				if id <= w.after-watchLookback {
-					delete(w.sent, id)
-				}
-			}
-		default:
-			w.err = errWatchBehind
-			close(w.events)
+		if !offer(w.events, mine) {
 			delete(h.tenants, w)
+			continue
 		}
+		for _, e := range mine {
+			w.sent[e.ID] = true
+			w.after = max(w.after, e.ID)
+		}
+		for id := range w.sent { // forget what no lookback reaches any more
+			if id <= w.after-watchLookback {
+				delete(w.sent, id)
+			}
+		}
+	}
+}
+
+// offer hands a stream its batch, or closes its channel when the stream
+// has fallen watchBuffer batches behind: its handler then ends it
+// (WATCH_BEHIND) and the client resumes from its last event.
+func offer(events chan []ledger.Event, batch []ledger.Event) bool {
+	select {
+	case events <- batch:
+		return true
+	default:
+		close(events)
+		return false
 	}
 }
 
@@ -225,12 +229,9 @@ func (h *watchHub) round(ctx context.Context) int {
 			if len(mine) == 0 {
 				continue
 			}
-			select {
-			case w.events <- mine:
+			if offer(w.events, mine) {
 				w.after = mine[len(mine)-1].ID
-			default:
-				w.err = errWatchBehind
-				close(w.events)
+			} else {
 				delete(h.watches[job], w)
 			}
 		}
