@@ -44,6 +44,12 @@ func (h *HTTPS) Open(ctx context.Context, ref string) (Object, error) {
 		resp.Body.Close()
 		return nil, statusError(ref, resp.StatusCode)
 	}
+	if resp.ContentLength < 0 {
+		// Size is the object's length: a server that streams without
+		// saying it cannot serve what reads by size or range.
+		resp.Body.Close()
+		return nil, Permanent(CodeInvalidInput, fmt.Errorf("read %s: the server does not send the input's length (Content-Length)", Clip(ref)))
+	}
 	return &remoteObject{ref: ref, size: resp.ContentLength, body: resp.Body,
 		// io.ReaderAt takes no context: ranges are fetched under Open's,
 		// and an object lives no longer than the call that opened it.

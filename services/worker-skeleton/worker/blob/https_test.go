@@ -29,6 +29,19 @@ func setupHTTPS(t *testing.T, allow bool) (*HTTPS, string) {
 			http.ServeContent(w, r, "in.txt", time.Time{}, strings.NewReader("0123456789abcdef"))
 		case "/data/no-range.txt":
 			w.Write([]byte("0123456789")) //nolint:errcheck
+		case "/data/streamed": // no Content-Length: the body is flushed in chunks
+			w.Write([]byte("01234")) //nolint:errcheck
+			w.(http.Flusher).Flush()
+			w.Write([]byte("56789")) //nolint:errcheck
+		case "/data/short-range": // claims 16 bytes, cuts every range short
+			if r.Header.Get("Range") == "" {
+				http.ServeContent(w, r, "in.txt", time.Time{}, strings.NewReader("0123456789abcdef"))
+				return
+			}
+			w.Header().Set("Content-Range", "bytes 0-7/16")
+			w.Header().Set("Content-Length", "8")
+			w.WriteHeader(http.StatusPartialContent)
+			w.Write([]byte("0123")) //nolint:errcheck
 		case "/data/forbidden":
 			w.WriteHeader(http.StatusForbidden)
 		case "/data/busy":
@@ -78,11 +91,21 @@ func TestHTTPSReadsAllowedRefsAndClassifiesFailures(t *testing.T) {
 	if _, err := noRange.ReadAt(part, 2); CodeOf(err) != CodeInvalidInput {
 		t.Errorf("ReadAt on a server without ranges = %v; want %s", err, CodeInvalidInput)
 	}
+	short, err := h.Open(ctx, base+"/data/short-range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	var cut *Error
+	if _, err := short.ReadAt(make([]byte, 8), 0); !errors.As(err, &cut) || !cut.Retryable {
+		t.Errorf("a range cut short before the end = %v; want a retryable failure, not EOF", err)
+	}
 	for _, tc := range []struct {
 		ref       string
 		code      string
 		retryable bool
 	}{
+		{base + "/data/streamed", CodeInvalidInput, false}, // no length: Size cannot be known
 		{base + "/data/missing.txt", CodeInputNotFound, false},
 		{base + "/data/forbidden", CodeAccessDenied, false},
 		{base + "/data/busy", CodeStorageUnavailable, true},

@@ -56,9 +56,13 @@ func (o *remoteObject) ReadAt(p []byte, off int64) (int, error) {
 	}
 	defer body.Close()
 	n, err := io.ReadFull(body, p)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
+	switch {
+	case err == nil:
+	case errors.Is(err, io.ErrUnexpectedEOF) && o.size >= 0 && off+int64(n) >= o.size:
 		err = io.EOF // the range ran past the end
-	} else if err != nil {
+	default:
+		// A range cut short before the object's end is a failed read
+		// (retryable), not the end of the data.
 		err = readError(o.ref, o.classify(err))
 	}
 	return n, err
