@@ -6,6 +6,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/loop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -56,12 +57,8 @@ func Announce(ctx context.Context, client luciusv1.WorkerServiceClient, a Announ
 			}
 			announced, backoff, wait, failingSince = true, time.Second, interval, time.Time{}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !loop.Sleep(ctx, wait) {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -214,7 +214,7 @@ func (c Config) withDefaults() Config {
 		if host == "" {
 			host = "worker"
 		}
-		c.WorkerID = truncateUTF8(host, 100) + "-" + strconv.Itoa(os.Getpid())
+		c.WorkerID = blob.TruncateUTF8(host, 100) + "-" + strconv.Itoa(os.Getpid())
 	}
 	if c.Topology == "" {
 		c.Topology = routing.TopologyTwoTopicSets

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
@@ -129,23 +128,11 @@ func Classify(err error) (luciusv1.FailureClass, string) {
 	}
 	var e *Error
 	if errors.As(err, &e) && e.Class != luciusv1.FailureClass_FAILURE_CLASS_UNSPECIFIED {
-		return e.Class, truncateUTF8(e.Code+": "+err.Error(), maxReasonBytes)
+		return e.Class, blob.TruncateUTF8(e.Code+": "+err.Error(), maxReasonBytes)
 	}
 	code := CodeUnclassified
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = CodeTimeout
 	}
-	return luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, truncateUTF8(code+": "+err.Error(), maxReasonBytes)
-}
-
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, blob.TruncateUTF8(code+": "+err.Error(), maxReasonBytes)
 }

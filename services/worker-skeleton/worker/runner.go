@@ -757,7 +757,7 @@ func (r *Runner) deadLetter(ctx context.Context, rcv bus.Receiver, m *bus.Receiv
 	keeper.stop()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if err := rcv.DeadLetter(cctx, m, reason, truncateUTF8(description, maxReasonBytes)); err != nil {
+	if err := rcv.DeadLetter(cctx, m, reason, blob.TruncateUTF8(description, maxReasonBytes)); err != nil {
 		log.WarnContext(cctx, "dead-letter directive message", "reason", reason, telemetry.Err(err))
 	}
 }

@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -101,7 +101,7 @@ func (c AzureConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("credential mode %q: want %s, %s, %s or %s", Clip(string(c.Credential)),
 			CredentialDefault, CredentialWorkloadIdentity, CredentialManagedIdentity, CredentialSharedKey))
 	}
-	for _, account := range sortedKeys(c.Endpoints) {
+	for _, account := range slices.Sorted(maps.Keys(c.Endpoints)) {
 		if err := checkAccount(account); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint: %w", err))
 		}
@@ -109,7 +109,7 @@ func (c AzureConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("endpoint of %s: %w", account, err))
 		}
 	}
-	for _, account := range sortedKeys(c.AccountKeys) {
+	for _, account := range slices.Sorted(maps.Keys(c.AccountKeys)) {
 		if err := checkAccount(account); err != nil {
 			errs = append(errs, fmt.Errorf("account key: %w", err))
 		}
@@ -205,7 +205,7 @@ func NewAzure(cfg AzureConfig, policy egress.Policy) (*Azure, error) {
 		cfg.Concurrency = DefaultConcurrency
 	}
 	p := egress.Policy{Allow: slices.Clone(policy.Allow)}
-	for _, account := range sortedKeys(cfg.Endpoints) {
+	for _, account := range slices.Sorted(maps.Keys(cfg.Endpoints)) {
 		u, _ := parseEndpoint(cfg.Endpoints[account])
 		p.Allow = append(p.Allow, hostPrefixes(u.Hostname())...)
 	}
@@ -425,18 +425,7 @@ func azureError(op string, r AzureRef, err error) error {
 			return Permanent(CodeInvalidRef, err)
 		}
 	}
-	var authErr *azidentity.AuthenticationFailedError
-	if errors.As(err, &authErr) {
-		return Transient(CodeStorageUnavailable, err) // the identity endpoint failed; a later attempt may get a token
-	}
+	// Anything else, a failed token request included (a later attempt may
+	// get one), may pass.
 	return Transient(CodeStorageUnavailable, err)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

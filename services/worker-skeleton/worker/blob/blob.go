@@ -293,9 +293,17 @@ func Clip(s string) string {
 	if len(s) <= n {
 		return s
 	}
+	return TruncateUTF8(s, n) + "…"
+}
+
+// TruncateUTF8 cuts s to at most n bytes without splitting a character.
+func TruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
 	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…"
+	return s[:cut]
 }
