@@ -18,7 +18,7 @@ GRPC_GATEWAY_VERSION       := v2.32.0
 GRPCURL_VERSION            := v1.9.4
 TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)
 
-MODULES  := contract core services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
+MODULES  := contract base bus core sdk/worker services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
 PACKAGES := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 SERVICES := gateway orchestrator reconciler scheduler
 TEST_TIMEOUT ?= 30m
@@ -30,8 +30,8 @@ help: ## list the targets
 # The Node.js test servers run from .build/<tool>, installed with `npm ci`
 # from tools/<tool>'s committed lock file: the Service Bus test broker
 # (tools/sbbroker, Node + rhea) and Azurite, the Azure Storage emulator
-# (tools/azurite). core/nodeproc does the same `npm ci` itself when one is
-# missing (core/sbtest, core/azuritetest).
+# (tools/azurite). base/nodeproc does the same `npm ci` itself when one is
+# missing (base/sbtest, base/azuritetest).
 .PHONY: sbbroker azurite
 sbbroker: .build/sbbroker/installed-lock.json ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
 azurite: .build/azurite/installed-lock.json ## install Azurite (pinned npm package) into .build/azurite
@@ -79,7 +79,7 @@ check-generated: tools protodeps ## fail when contract/ is not what proto/ gener
 # deploy/azure/servicebus.bicep is generated like contract/; tools/bicep's test
 # (in make test) fails when it is stale.
 .PHONY: bicep
-bicep: ## regenerate deploy/azure/servicebus.bicep from core/topology
+bicep: ## regenerate deploy/azure/servicebus.bicep from bus/topology
 	@mkdir -p .build
 	$(GO) run ./tools/cmd/lucius-bicep > .build/servicebus.bicep && mv .build/servicebus.bicep deploy/azure/servicebus.bicep
 

@@ -1,4 +1,7 @@
-// Package core is the root of Lucius's shared module: the pieces every service
-// uses (bus, ledger, routing, protocols, telemetry, configuration). Services import
-// its packages; it imports no service.
+// Package core is the root of Lucius's control-plane module: the ledger, the
+// workflow and runbook engines, live configuration, the handler registry and
+// circuit breakers. Services import its packages; it imports no service.
+// What the bus and the worker SDK share with the control plane lives below it,
+// in module base (process plumbing, test harnesses) and module bus (the
+// transport, its topology and routing), so a worker never depends on core.
 package core

@@ -20,9 +20,9 @@ require (
 	buf.build/go/protovalidate v1.4.0 // indirect
 	cel.dev/cel-go v0.32.0 // indirect
 	cel.dev/expr v0.25.3 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.3 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/AzureAD/microsoft-authentication-library-for-go v1.8.0 // indirect
@@ -62,7 +62,7 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.61.0 // indirect
@@ -75,10 +75,21 @@ require (
 require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/jhump/protoreflect/v2 v2.0.0-beta.1 // indirect
-	github.com/lucius-platform/lucius/contract v0.0.0
-	github.com/lucius-platform/lucius/core v0.0.0
+	github.com/klauspost/compress v1.19.2 // indirect
+)
+
+require (
+	github.com/lucius-platform/lucius/base v0.1.0
+	github.com/lucius-platform/lucius/bus v0.1.0
+	github.com/lucius-platform/lucius/contract v0.1.0
+	github.com/lucius-platform/lucius/core v0.1.0
 )
 
 replace github.com/lucius-platform/lucius/contract => ../contract
 
+replace github.com/lucius-platform/lucius/base => ../base
+
+replace github.com/lucius-platform/lucius/bus => ../bus
+
 replace github.com/lucius-platform/lucius/core => ../core
+

@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 

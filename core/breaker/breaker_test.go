@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/base/loop"
 )
 
 // Cache tells the engine which services' breakers hold new directives,

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/bus/routing"
 )
 
 // Global holds the defaults every tenant inherits.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/bus/routing"
 )
 
 func intp(n int) *int { return &n }

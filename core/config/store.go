@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/migrate"
-	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/bus/routing"
 )
 
 //go:embed migrations/*.sql

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/bus/routing"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }

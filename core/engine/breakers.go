@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // Reasons of the steps held back and released.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )

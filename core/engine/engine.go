@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -19,10 +19,10 @@ import (
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/core/routing"
-	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // Metrics of jobs and steps (seed 004 §12). The engine records them in the

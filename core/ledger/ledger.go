@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/migrate"
+	"github.com/lucius-platform/lucius/base/migrate"
 )
 
 //go:embed migrations/*.sql

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 )
 
 // A commit that wrote outbox rows notifies once, naming who has rows

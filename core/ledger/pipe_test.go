@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
 )
 
 // metrics reads what the package's tests record on the global meter provider.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/bus"
 )
 
 // Tx is a ledger transaction. Reads lock what they return (FOR UPDATE) in the

@@ -3,7 +3,7 @@ package registry
 import (
 	"testing"
 
-	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, Migrations) }

@@ -7,8 +7,6 @@ require (
 	buf.build/go/protovalidate v1.4.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/lucius-platform/lucius/contract v0.0.0
-	github.com/lucius-platform/lucius/core v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	golang.org/x/time v0.16.0
@@ -33,6 +31,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -60,6 +59,18 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20261019180522-ce908d29299b // indirect
 )
 
+require (
+	github.com/lucius-platform/lucius/base v0.1.0
+	github.com/lucius-platform/lucius/bus v0.1.0
+	github.com/lucius-platform/lucius/contract v0.1.0
+	github.com/lucius-platform/lucius/core v0.1.0
+)
+
 replace github.com/lucius-platform/lucius/contract => ../../contract
 
+replace github.com/lucius-platform/lucius/base => ../../base
+
+replace github.com/lucius-platform/lucius/bus => ../../bus
+
 replace github.com/lucius-platform/lucius/core => ../../core
+

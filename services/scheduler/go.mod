@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/lucius-platform/lucius/core v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 )
@@ -14,9 +13,9 @@ require (
 	buf.build/go/protovalidate v1.4.0 // indirect
 	cel.dev/cel-go v0.32.0 // indirect
 	cel.dev/expr v0.25.3 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.1 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.3 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/azidentity v1.14.1 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.13.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/AzureAD/microsoft-authentication-library-for-go v1.8.0 // indirect
@@ -35,8 +34,9 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
-	github.com/lucius-platform/lucius/contract v0.0.0 // indirect
+	github.com/lucius-platform/lucius/contract v0.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/browser v0.0.0-20240102092130-5ac0b6a4141c // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
@@ -69,6 +69,17 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
+require (
+	github.com/lucius-platform/lucius/base v0.1.0
+	github.com/lucius-platform/lucius/bus v0.1.0
+	github.com/lucius-platform/lucius/core v0.1.0
+)
+
 replace github.com/lucius-platform/lucius/contract => ../../contract
 
+replace github.com/lucius-platform/lucius/base => ../../base
+
+replace github.com/lucius-platform/lucius/bus => ../../bus
+
 replace github.com/lucius-platform/lucius/core => ../../core
+

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/bus"
-	"github.com/lucius-platform/lucius/core/routing"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

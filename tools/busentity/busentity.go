@@ -1,5 +1,5 @@
 // Package busentity records the bus entities Lucius declares (package
-// core/topology) without a bus, so files that describe them for other tools,
+// bus/topology) without a bus, so files that describe them for other tools,
 // the Service Bus emulator's config (tools/sbemulator) and the Bicep template
 // (tools/bicep), come from the same declaration the processes run.
 package busentity
@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/bus"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // Set is every entity of a topology, each list in declaration order. Options
-// carry the defaults Azure Service Bus (core/bus/sbbus) applies to zero values,
+// carry the defaults Azure Service Bus (bus/sbbus) applies to zero values,
 // except a subscription's DefaultTTL, which stays zero for "the topic's".
 type Set struct {
 	Queues        []Queue

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 

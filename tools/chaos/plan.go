@@ -51,7 +51,7 @@ nodes:
 `
 
 // Fault kinds, as the worker skeleton reads them from a directive's payload
-// (services/worker-skeleton/worker/faults.go).
+// (sdk/worker/faults.go).
 const (
 	FaultPermanent = "permanent"
 	FaultRetryable = "retryable"

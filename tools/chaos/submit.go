@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/loop"
+	"github.com/lucius-platform/lucius/base/loop"
 )
 
 // tenant submits every chaos job.

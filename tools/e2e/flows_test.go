@@ -19,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 const sampleText = `Lucius orchestrates multi-step work for partner teams.

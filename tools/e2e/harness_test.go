@@ -21,9 +21,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 

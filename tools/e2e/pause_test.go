@@ -7,7 +7,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // An operator pauses a tenant: its new jobs are accepted but wait, their

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/bus"
 )
 
 // A priority-9 job submitted after five priority-0 jobs is the first one a

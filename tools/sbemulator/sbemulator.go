@@ -8,8 +8,8 @@ import (
 	"encoding/json"
 	"sort"
 
-	"github.com/lucius-platform/lucius/core/bus/sbbus"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/sbbus"
+	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/tools/busentity"
 )
 

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

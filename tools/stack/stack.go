@@ -24,13 +24,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/azuritetest"
-	"github.com/lucius-platform/lucius/core/bus"
-	"github.com/lucius-platform/lucius/core/busconfig"
-	"github.com/lucius-platform/lucius/core/env"
-	"github.com/lucius-platform/lucius/core/freeport"
-	"github.com/lucius-platform/lucius/core/pgcluster"
-	"github.com/lucius-platform/lucius/core/sbtest"
+	"github.com/lucius-platform/lucius/base/azuritetest"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/busconfig"
+	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/pgcluster"
+	"github.com/lucius-platform/lucius/base/sbtest"
 )
 
 // Config describes a suite. Zero values take the defaults noted.

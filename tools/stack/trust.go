@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 )
 
 // Worker tokens live a day and are re-minted every hour; workers re-read

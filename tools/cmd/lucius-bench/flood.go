@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // floodConfig is the -flood scenario (seed 004 §10): one tenant submits with

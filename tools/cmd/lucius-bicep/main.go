@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/tools/bicep"
 )

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // Config is the CLI's configuration file ($LUCIUS_CONFIG, else

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/env"
+	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/spf13/cobra"
 )
 

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth/authtest"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 const contosoCSV = "member_key,batch_time,display_name,email\n" +

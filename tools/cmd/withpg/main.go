@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lucius-platform/lucius/core/pgcluster"
+	"github.com/lucius-platform/lucius/base/pgcluster"
 )
 
 func main() {

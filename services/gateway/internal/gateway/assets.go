@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/routing"
-	"github.com/lucius-platform/lucius/core/server"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // assetService implements lucius.v1.AssetService from the ledger. Every call

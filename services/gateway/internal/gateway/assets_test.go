@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lucius-platform/lucius/core/auth/authtest"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // assetBody is a command naming seed 001's example asset.

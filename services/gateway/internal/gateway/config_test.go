@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // restHeader is rest with the response headers, as an operator.

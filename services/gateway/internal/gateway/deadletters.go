@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // deadLetterService implements lucius.v1.DeadLetterService from the ledger:

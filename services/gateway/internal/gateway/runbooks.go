@@ -19,8 +19,8 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

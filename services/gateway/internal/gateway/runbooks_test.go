@@ -15,7 +15,7 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // mailboxRunbook uses four functions on two worker pools; send_email runs in

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/auth/authtest"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // TestTenantIsolationOverREST: another tenant's job is NOT_FOUND, listings

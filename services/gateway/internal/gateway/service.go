@@ -22,9 +22,9 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"

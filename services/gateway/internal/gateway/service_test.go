@@ -17,13 +17,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
-	"github.com/lucius-platform/lucius/core/auth/authtest"
-	"github.com/lucius-platform/lucius/core/freeport"
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
+	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/process"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/process"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }

@@ -11,10 +11,10 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/routing"
-	"github.com/lucius-platform/lucius/core/server"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // watchHub feeds every WatchJob stream of this gateway from one query per

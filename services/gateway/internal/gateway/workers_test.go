@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/lucius-platform/lucius/core/auth/authtest"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 const reverserYAML = `workflow_id: reverse_lines

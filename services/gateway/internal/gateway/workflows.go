@@ -13,7 +13,7 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/core/server"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/server"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // callbackService implements lucius.v1.CallbackService. Any orchestrator

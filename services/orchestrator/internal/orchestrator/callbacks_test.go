@@ -10,10 +10,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/workflow"
 )

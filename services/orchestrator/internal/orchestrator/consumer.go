@@ -14,10 +14,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/bus"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/core/engine"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // jobConsumer competes for orchestrator-jobs messages and turns each into a

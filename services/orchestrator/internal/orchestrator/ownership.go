@@ -12,8 +12,8 @@ import (
 
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // OwnershipConfig holds the seed 000 timings. The defaults meet its success

@@ -3,7 +3,7 @@ package orchestrator
 import (
 	"bytes"
 	"context"
-	"github.com/lucius-platform/lucius/core/auth"
+	"github.com/lucius-platform/lucius/base/auth"
 	"log/slog"
 	"strings"
 	"sync"
@@ -17,10 +17,10 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/telemetry/telemetrytest"
+	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -16,9 +16,9 @@ import (
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/routing"
+	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // batchRow is a batch, locked for the handler's transaction: every executor

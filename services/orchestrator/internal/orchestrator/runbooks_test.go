@@ -11,7 +11,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"

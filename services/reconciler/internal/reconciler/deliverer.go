@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/egress"
+	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/routing"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // CallbackConfig tunes the delivery of completion callbacks.

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/lucius-platform/lucius/core/egress"
+	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/pgtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
 )
 
 // A completion callback is signed with every webhook secret its tenant holds

@@ -13,8 +13,8 @@ import (
 
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // SweepConfig tunes one sweeper loop. Zero values take the sweeper's defaults.

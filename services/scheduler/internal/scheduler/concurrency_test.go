@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // Several schedulers ticking at once on one database emit every fact exactly

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/events")

@@ -15,7 +15,7 @@ import (
 
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/telemetry"
+	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // Log attribute keys of runbook work (with telemetry's err, outcome and message_id).

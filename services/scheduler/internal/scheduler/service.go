@@ -42,15 +42,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/busconfig"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/database"
+	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/loop"
-	"github.com/lucius-platform/lucius/core/migrate"
-	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/topology"
+	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/freeport"
-	"github.com/lucius-platform/lucius/core/pgtest"
-	"github.com/lucius-platform/lucius/core/process"
+	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/core/runbook"
 )
 

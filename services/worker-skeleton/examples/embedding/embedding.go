@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 // Artifact written by the step.

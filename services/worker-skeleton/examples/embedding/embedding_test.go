@@ -8,8 +8,8 @@ import (
 
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/workertest"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/workertest"
 )
 
 const text = "Lucius routes each step of a job to the platform service that owns it. " +

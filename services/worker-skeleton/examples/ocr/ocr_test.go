@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/workertest"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/workertest"
 )
 
 func TestExecute(t *testing.T) {

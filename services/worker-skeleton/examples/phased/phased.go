@@ -29,7 +29,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 // Service is the platform service that serves PHASED.

@@ -20,7 +20,7 @@ import (
 	"path/filepath"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 // Handler names, as in core/workflow/builtin/handlers.yaml.

@@ -16,8 +16,8 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/workertest"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/workertest"
 )
 
 // directive is a raster directive of handler over input; input_ref and

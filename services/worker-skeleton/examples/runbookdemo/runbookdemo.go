@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 // Service is the worker pool name runbooks use for these steps (worker_id).

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
+	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 func TestExecutorBehavesAsItsParamsSay(t *testing.T) {

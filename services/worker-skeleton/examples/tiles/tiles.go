@@ -25,8 +25,8 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/blob"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/blob"
 )
 
 // Handler names, as in core/workflow/builtin/handlers.yaml.

@@ -18,8 +18,8 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/tiles"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/worker/workertest"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/workertest"
 )
 
 // directive is a tiles directive of handler whose job input holds input.

@@ -1,0 +1,75 @@
+// Package database opens the PostgreSQL pool a Lucius process uses and brings
+// the schema it needs up to date (migrations are safe when processes start
+// together).
+package database
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lucius-platform/lucius/base/migrate"
+)
+
+// Open connects a pool of at most maxConns connections (pgx's default when 0)
+// and applies the migration sets in order.
+func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	// A process frozen inside a transaction (SIGSTOP, a stuck goroutine) must not
+	// hold row locks forever: the server aborts it, and its late commit fails.
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "15s"
+	}
+	// Name the connections after the process (unless the URL names them), so
+	// that pg_stat_activity says which service holds a connection or a lock.
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = filepath.Base(os.Args[0])
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	if err := waitReachable(ctx, pool, StartupWait); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := migrate.Apply(ctx, pool, sets...); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// StartupWait is how long Open waits for the database at start: a process
+// started while PostgreSQL restarts (a deploy, a failover) waits for it
+// instead of exiting.
+var StartupWait = time.Minute
+
+func waitReachable(ctx context.Context, pool *pgxpool.Pool, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("database not reachable after %s: %w", wait, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}

@@ -1,0 +1,61 @@
+// Package process runs a Lucius service binary the same way for every
+// service: SIGINT/SIGTERM stop it gracefully, settings come from the
+// environment (every problem reported at once), and telemetry is set up from
+// the shared variables before the service starts:
+//
+//	LUCIUS_INSTANCE              instance name (default: the service name)
+//	LUCIUS_LOG_LEVEL             debug | info (default) | warn | error
+//	LUCIUS_LOG_FORMAT            json (default) | text
+//	OTEL_EXPORTER_OTLP_ENDPOINT  host:port receiving spans over OTLP/gRPC
+//	LUCIUS_PPROF                 true serves /debug/pprof/
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/base/telemetry"
+)
+
+// Main reads the service's settings with configure, sets up telemetry and runs
+// start until a signal arrives. It exits the process with status 1 on error.
+func Main[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error) {
+	if err := run(service, configure, start); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
+		os.Exit(1)
+	}
+}
+
+func run[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e := env.New()
+	tcfg := TelemetryConfig(e, service)
+	cfg, err := configure(e)
+	if err = errors.Join(err, e.Err()); err != nil {
+		return err
+	}
+	tel, err := telemetry.Setup(ctx, tcfg)
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.Background()) //nolint:errcheck // best effort at exit
+	return start(ctx, cfg, tel)
+}
+
+// TelemetryConfig reads the shared telemetry variables.
+func TelemetryConfig(e *env.Reader, service string) telemetry.Config {
+	return telemetry.Config{
+		Service:      service,
+		Instance:     e.String("LUCIUS_INSTANCE", service),
+		LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
+		LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
+		OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		Pprof:        e.Bool("LUCIUS_PPROF", false),
+	}
+}
