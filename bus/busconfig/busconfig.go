@@ -24,11 +24,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/pgbus"
 	"github.com/lucius-platform/lucius/bus/sbbus"
-	"github.com/lucius-platform/lucius/base/env"
-	"github.com/lucius-platform/lucius/base/migrate"
 )
 
 // Transport names a bus implementation (LUCIUS_BUS).

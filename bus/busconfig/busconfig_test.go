@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/bus/pgbus"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/sbtest"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/pgbus"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, pgbus.Migrations) }

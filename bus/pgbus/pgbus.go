@@ -48,10 +48,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/bus/bustel"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/bustel"
 )
 
 //go:embed migrations/*.sql

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/sbtest"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/bustest"
 	"github.com/lucius-platform/lucius/bus/sbbus"
-	"github.com/lucius-platform/lucius/base/sbtest"
 )
 
 var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -9,11 +9,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/lucius-platform/lucius/base/sbtest"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/bustel"
 	"github.com/lucius-platform/lucius/bus/bustel/busteltest"
 	"github.com/lucius-platform/lucius/bus/sbbus"
-	"github.com/lucius-platform/lucius/base/sbtest"
 )
 
 // newTelemetryBus returns a Bus on broker reporting to rec, reading the

@@ -18,8 +18,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/routing"
 )
 

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // Cache tells the engine which services' breakers hold new directives,

@@ -15,14 +15,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
+	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/bus/routing"
-	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -8,10 +8,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/bus/topology"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // MessageTypeJobRequest is the MessageType of orchestrator-jobs messages.

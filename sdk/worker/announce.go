@@ -5,10 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/base/loop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lucius-platform/lucius/base/loop"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // Announcement is what a worker tells Lucius about itself

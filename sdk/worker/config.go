@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/base/egress"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/sdk/worker/blob"
 )

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // attach fetches the whole directive of a detached bus message (one too large

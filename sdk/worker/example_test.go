@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/bus/pgbus"
 	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/bus/pgbus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
 )
 

@@ -24,14 +24,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth/authtest"
+	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/pgbus"
-	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/bus/routing"
-	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/bus/topology"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
 )
 

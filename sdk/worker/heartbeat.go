@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // Bounds of the heartbeat interval (a third of the directive's lease_timeout).

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
 )
 
 // minRenewWait keeps renewals of an (almost) expired lock from spinning.

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/migrate"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 //go:embed migrations/*.sql

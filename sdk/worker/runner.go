@@ -19,11 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/topology"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker/blob"
 )
 

@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/bus/sbbus"
 	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/bus/sbbus"
 	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/tools/busentity"
 )

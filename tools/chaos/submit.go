@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/loop"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // tenant submits every chaos job.

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 )
 
 const sampleText = `Lucius orchestrates multi-step work for partner teams.

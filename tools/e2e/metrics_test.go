@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/bus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // The metrics of seed 004 §12 are exported, under these exact names, by the

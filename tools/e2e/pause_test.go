@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // An operator pauses a tenant: its new jobs are accepted but wait, their

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/bus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // A priority-9 job submitted after five priority-0 jobs is the first one a

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/bus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // A paused orchestrator (SIGSTOP: a long GC pause, a frozen VM) loses its jobs

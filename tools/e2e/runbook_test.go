@@ -13,8 +13,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/process"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // e2eRunbook drives every path of seed 003 with the demo worker pool, whose

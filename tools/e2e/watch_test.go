@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // WatchJob streams a job from the moment it is watched to its end: the job

@@ -25,12 +25,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lucius-platform/lucius/base/azuritetest"
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/base/pgcluster"
 	"github.com/lucius-platform/lucius/base/sbtest"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 )
 
 // Config describes a suite. Zero values take the defaults noted.

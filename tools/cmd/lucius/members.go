@@ -17,11 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/base/env"
-	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/base/server"
 	"github.com/spf13/cobra"
+
+	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // maxRows is the API's row limit of one LoadMembers call.

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth/authtest"
-	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 const contosoCSV = "member_key,batch_time,display_name,email\n" +

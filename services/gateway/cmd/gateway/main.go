@@ -6,14 +6,14 @@ package main
 import (
 	"context"
 
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/services/gateway/internal/gateway"
 )
 

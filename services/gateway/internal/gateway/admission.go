@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/egress"
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/bus/routing"
-	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

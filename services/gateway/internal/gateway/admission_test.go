@@ -10,11 +10,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/bus/routing"
-	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

@@ -8,12 +8,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // assetService implements lucius.v1.AssetService from the ledger. Every call

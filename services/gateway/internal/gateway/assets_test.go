@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/lucius-platform/lucius/base/auth/authtest"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // assetBody is a command naming seed 001's example asset.

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/core/config"
 )
 
 // restHeader is rest with the response headers, as an operator.

@@ -9,11 +9,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 )
 
 // configService implements lucius.v1.ConfigService over the config store.

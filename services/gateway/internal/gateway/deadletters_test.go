@@ -9,11 +9,11 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
-	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

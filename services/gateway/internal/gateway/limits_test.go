@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // nestedPayload is a payload (with the prompt_set SIS needs) nesting depth

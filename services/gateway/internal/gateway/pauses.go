@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/base/server"
 )
 
 // PauseWork stores a pause in the live configuration.

@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/base/server"
+	"github.com/lucius-platform/lucius/bus/routing"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/config"
 )
 
 // Reasons a request is refused at a request rate (RESOURCE_EXHAUSTED, HTTP

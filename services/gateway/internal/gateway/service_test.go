@@ -16,14 +16,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/base/freeport"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations) }

@@ -9,13 +9,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/breaker"
-	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/breaker"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/services/orchestrator/internal/orchestrator"
 )
 

@@ -13,11 +13,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 )
 
 // jobConsumer competes for orchestrator-jobs messages and turns each into a

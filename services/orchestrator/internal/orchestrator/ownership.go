@@ -10,10 +10,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lucius-platform/lucius/core/engine"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // OwnershipConfig holds the seed 000 timings. The defaults meet its success

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/bus/topology"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // batchRow is a batch, locked for the handler's transaction: every executor

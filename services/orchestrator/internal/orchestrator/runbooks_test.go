@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"

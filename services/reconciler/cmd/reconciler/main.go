@@ -6,14 +6,14 @@ import (
 	"context"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/breaker"
-	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/breaker"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/services/reconciler/internal/reconciler"
 )
 

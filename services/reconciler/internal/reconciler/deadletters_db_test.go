@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // lucius_dead_letters_pending reports each kind, 0 when there is none, and

@@ -16,11 +16,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/egress"
-	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/bus/routing"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/routing"
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // CallbackConfig tunes the delivery of completion callbacks.

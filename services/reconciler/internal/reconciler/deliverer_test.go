@@ -15,8 +15,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/lucius-platform/lucius/base/egress"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/pgtest"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // A completion callback is signed with every webhook secret its tenant holds

@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // DispatcherConfig tunes the outbox dispatcher.

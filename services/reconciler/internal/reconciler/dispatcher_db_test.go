@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/pgbus"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/base/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, pgbus.Migrations) }

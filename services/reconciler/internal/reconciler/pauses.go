@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/base/loop"
-	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // resumeInterval is how often held steps are checked against the pauses in

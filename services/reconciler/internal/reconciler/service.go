@@ -16,20 +16,20 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/core/breaker"
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/core/breaker"
+	"github.com/lucius-platform/lucius/core/engine"
 
-	"github.com/lucius-platform/lucius/bus/busconfig"
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/egress"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 

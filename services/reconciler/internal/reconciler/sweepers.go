@@ -11,10 +11,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lucius-platform/lucius/core/engine"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/ledger"
 )
 
 // SweepConfig tunes one sweeper loop. Zero values take the sweeper's defaults.

@@ -5,10 +5,10 @@ package main
 import (
 	"context"
 
-	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/services/scheduler/internal/scheduler"
 )

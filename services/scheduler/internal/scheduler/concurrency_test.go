@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // Several schedulers ticking at once on one database emit every fact exactly

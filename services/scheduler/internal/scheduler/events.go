@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/bus/topology"
 )
 
 // Message ids are derived from the fact, so every scheduler names a fact

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/events")

@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/base/telemetry"
 )
 
 // Log attribute keys of runbook work (with telemetry's err, outcome and message_id).

@@ -14,11 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, runbook.Migrations) }

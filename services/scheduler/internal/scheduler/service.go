@@ -42,15 +42,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/bus/busconfig"
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/base/database"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
-	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
+	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.

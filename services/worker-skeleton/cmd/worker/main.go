@@ -27,10 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/base/env"
@@ -39,7 +36,12 @@ import (
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/bus"
+	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/blob"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/phased"
@@ -47,8 +49,6 @@ import (
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/runbookdemo"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
 	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/tiles"
-	"github.com/lucius-platform/lucius/sdk/worker"
-	"github.com/lucius-platform/lucius/sdk/worker/blob"
 )
 
 // platform is one example service this binary can run: its executor and

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/workertest"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/embedding"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
 )
 
 const text = "Lucius routes each step of a job to the platform service that owns it. " +

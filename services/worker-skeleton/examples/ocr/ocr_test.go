@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/workertest"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/ocr"
 )
 
 func TestExecute(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/phased"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/workertest"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/phased"
 )
 
 func newTask(t *testing.T, d *luciusv1.Directive, shutdown <-chan struct{}) *worker.Task {

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/workertest"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/raster"
 )
 
 // directive is a raster directive of handler over input; input_ref and

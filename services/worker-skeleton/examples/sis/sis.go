@@ -13,8 +13,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
 	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
 )
 
 // Artifact written by the step.

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
-	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/workertest"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/featurehash"
+	"github.com/lucius-platform/lucius/services/worker-skeleton/examples/sis"
 )
 
 const text = "The invoice total is 420 euros, due on the first of March. " +
