@@ -89,18 +89,18 @@ func TestRunnerSpillsOutputOverTheInlineLimit(t *testing.T) {
 	e := setup(t)
 	e.cfg.InlineOutputLimit = 1024
 	big := strings.Repeat("x", 4096)
-	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 		in, err := task.ReadInput(ctx)
 		if err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		if _, err := task.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("primary")); err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		if string(in) == "small" {
-			return worker.Outcome{Output: map[string]any{"rows": "few"}}, nil
+			return worker.Result{Output: map[string]any{"rows": "few"}}, nil
 		}
-		return worker.Outcome{Output: map[string]any{"rows": big, "n": 1}}, nil
+		return worker.Result{Output: map[string]any{"rows": big, "n": 1}}, nil
 	}))
 	d := e.directive(e.writeInput("big.txt", []byte("big")))
 	small := e.directive(e.writeInput("small.txt", []byte("small")))

@@ -18,27 +18,27 @@ import (
 // 1, tells started, and waits: at the shutdown notice it checkpoints phase
 // 2 and stops with ErrShuttingDown.
 func phasedExecutor(runs *counter, started chan<- struct{}) worker.ExecuteFunc {
-	return func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		data, found, err := t.Checkpoint(ctx, "progress")
 		if err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		if found {
-			return worker.Outcome{Output: map[string]any{"resumed_from": string(data)}}, nil
+			return worker.Result{Output: map[string]any{"resumed_from": string(data)}}, nil
 		}
 		if err := t.SaveCheckpoint(ctx, "progress", []byte("phase 1")); err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		started <- struct{}{}
 		select {
 		case <-t.ShuttingDown():
 			if err := t.SaveCheckpoint(ctx, "progress", []byte("phase 2")); err != nil {
-				return worker.Outcome{}, err
+				return worker.Result{}, err
 			}
-			return worker.Outcome{}, fmt.Errorf("stopped after phase 2: %w", worker.ErrShuttingDown)
+			return worker.Result{}, fmt.Errorf("stopped after phase 2: %w", worker.ErrShuttingDown)
 		case <-ctx.Done():
-			return worker.Outcome{}, ctx.Err()
+			return worker.Result{}, ctx.Err()
 		}
 	}
 }
@@ -119,13 +119,13 @@ func TestRunnerStopsWhenACheckpointSaysTheLeaseIsLost(t *testing.T) {
 		f.checkpointOutcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT
 	})
 	saveErr := make(chan error, 1)
-	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		err := t.SaveCheckpoint(ctx, "progress", []byte("phase 1"))
 		saveErr <- err
 		if err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
-		return worker.Outcome{}, nil
+		return worker.Result{}, nil
 	}))
 	d := e.directive("file:///unused")
 	e.publish(d, msgID(d, ""), nil)

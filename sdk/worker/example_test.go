@@ -24,21 +24,21 @@ import (
 // writes one artifact under the workspace layout and reports small output.
 type wordCount struct{}
 
-func (wordCount) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func (wordCount) Execute(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	in, err := t.ReadInput(ctx) // missing input or a bad ref: already a permanent error
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("word count: %w", err)
+		return worker.Result{}, fmt.Errorf("word count: %w", err)
 	}
 	if !utf8.Valid(in) {
 		// Another attempt would fail the same way: NON_RETRYABLE.
-		return worker.Outcome{}, worker.Permanentf("word count: input is not UTF-8")
+		return worker.Result{}, worker.Permanentf("word count: input is not UTF-8")
 	}
 	words := len(strings.Fields(string(in)))
 	if _, err := t.WriteArtifact(ctx, "count", "count.txt", "text/plain", fmt.Appendf(nil, "%d\n", words)); err != nil {
-		return worker.Outcome{}, fmt.Errorf("word count: %w", err)
+		return worker.Result{}, fmt.Errorf("word count: %w", err)
 	}
 	t.Logger().InfoContext(ctx, "words counted", "words", words) // carries job_id, step_id, attempt_no
-	return worker.Outcome{Output: map[string]any{"words": words}}, nil
+	return worker.Result{Output: map[string]any{"words": words}}, nil
 }
 
 // A fork implements Executor and tests it with NewTask, without a bus: the
@@ -75,8 +75,8 @@ func ExampleExecutor() {
 
 // A function is enough for a small executor.
 func ExampleExecuteFunc() {
-	var exec worker.Executor = worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
-		return worker.Outcome{Output: map[string]any{"step": t.Directive.GetStepType()}}, nil
+	var exec worker.Executor = worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+		return worker.Result{Output: map[string]any{"step": t.Directive.GetStepType()}}, nil
 	})
 	_ = exec
 	fmt.Println("ok")

@@ -10,24 +10,24 @@ import (
 // skeleton a fork replaces.
 //
 // Execute reads its input through the Task, writes its artifacts with
-// Task.WriteArtifact and returns an Outcome (RESULT SUCCEEDED) or an error
+// Task.WriteArtifact and returns an Result (RESULT SUCCEEDED) or an error
 // (RESULT FAILED; classify it with Permanent or Retryable, see Classify). It
 // must honour ctx: ctx ends at Config.TaskTimeout (a RETRYABLE TIMEOUT
 // failure) or when the worker shuts down (no RESULT; the directive is
 // redelivered). Execute may run again for the same attempt after a crash, so
 // it must be safe to repeat; artifact writes are atomic replacements.
 type Executor interface {
-	Execute(ctx context.Context, task *Task) (Outcome, error)
+	Execute(ctx context.Context, task *Task) (Result, error)
 }
 
 // ExecuteFunc adapts a function to Executor.
-type ExecuteFunc func(ctx context.Context, task *Task) (Outcome, error)
+type ExecuteFunc func(ctx context.Context, task *Task) (Result, error)
 
 // Execute calls f.
-func (f ExecuteFunc) Execute(ctx context.Context, task *Task) (Outcome, error) { return f(ctx, task) }
+func (f ExecuteFunc) Execute(ctx context.Context, task *Task) (Result, error) { return f(ctx, task) }
 
-// Outcome is what a successful attempt reports.
-type Outcome struct {
+// Result is what a successful attempt reports.
+type Result struct {
 	// Output is small structured output (counts, scores, checksums) that later
 	// steps and the job's API can read. Values must be JSON-like: nil, bool,
 	// numbers, string, []any, map[string]any.

@@ -32,7 +32,7 @@ type Handlers map[string]Executor
 var _ Executor = Handlers(nil)
 
 // Execute runs the Executor registered for the directive's step_type.
-func (h Handlers) Execute(ctx context.Context, task *Task) (Outcome, error) {
+func (h Handlers) Execute(ctx context.Context, task *Task) (Result, error) {
 	name := task.Directive.GetStepType()
 	exec, ok := h[name]
 	if !ok || exec == nil {
@@ -46,7 +46,7 @@ func (h Handlers) Execute(ctx context.Context, task *Task) (Outcome, error) {
 		} else {
 			service = fmt.Sprintf("service %q", service)
 		}
-		return Outcome{}, PermanentCode(CodeUnknownHandler,
+		return Result{}, PermanentCode(CodeUnknownHandler,
 			fmt.Errorf("handler %q is not served by %s (known handlers: %s)", clip(name), service, known))
 	}
 	return exec.Execute(ctx, task)

@@ -13,8 +13,8 @@ import (
 
 // named returns an executor reporting which handler ran.
 func named(name string) worker.Executor {
-	return worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Outcome, error) {
-		return worker.Outcome{Output: map[string]any{"handler": name}}, nil
+	return worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Result, error) {
+		return worker.Result{Output: map[string]any{"handler": name}}, nil
 	})
 }
 
@@ -24,8 +24,8 @@ func TestHandlersDispatchOnStepType(t *testing.T) {
 	h := worker.Handlers{
 		"raster_validate": named("raster_validate"),
 		"raster_cog_fa":   named("raster_cog_fa"),
-		"flaky": worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Outcome, error) {
-			return worker.Outcome{}, boom
+		"flaky": worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Result, error) {
+			return worker.Result{}, boom
 		}),
 		"unset": nil,
 	}
@@ -87,11 +87,11 @@ func TestHandlersEmpty(t *testing.T) {
 // One service serves several workflow handlers: Handlers dispatches on the
 // directive's step_type (the workflow task's handler name).
 func ExampleHandlers() {
-	validate := func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
-		return worker.Outcome{Output: map[string]any{"blob_url": t.Directive.GetInputRef()}}, nil
+	validate := func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+		return worker.Result{Output: map[string]any{"blob_url": t.Directive.GetInputRef()}}, nil
 	}
-	convert := func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
-		return worker.Outcome{Output: map[string]any{"converted": true}}, nil
+	convert := func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+		return worker.Result{Output: map[string]any{"converted": true}}, nil
 	}
 	exec := worker.Handlers{
 		"raster_validate": worker.ExecuteFunc(validate),

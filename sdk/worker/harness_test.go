@@ -501,11 +501,11 @@ func (c *counter) get() int {
 // upperExecutor is a small real executor: it writes the input upper-cased
 // (ASCII) to output.txt.
 func upperExecutor(runs *counter) worker.ExecuteFunc {
-	return func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		in, err := t.ReadInput(ctx)
 		if err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		out := make([]byte, len(in))
 		for i, c := range in {
@@ -515,9 +515,9 @@ func upperExecutor(runs *counter) worker.ExecuteFunc {
 			out[i] = c
 		}
 		if _, err := t.WriteArtifact(ctx, "text", "output.txt", "text/plain; charset=utf-8", out); err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
-		return worker.Outcome{Output: map[string]any{"bytes": len(out)}}, nil
+		return worker.Result{Output: map[string]any{"bytes": len(out)}}, nil
 	}
 }
 

@@ -187,26 +187,19 @@ func (s *PGStore) update(ctx context.Context, what, query string, key Key, worke
 	return nil
 }
 
-// Prune deletes up to batch records that finished before before, returning how
-// many it deleted. Run it periodically to keep the table small; a directive
-// redelivered after its record was pruned would run again, so keep records
-// longer than any redelivery can arrive (the bus TTL, 14 days by default).
+// Prune deletes up to batch finished attempt records and step effects older
+// than before (records first), returning how many it deleted.
 func (s *PGStore) Prune(ctx context.Context, before time.Time, batch int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, qPrune, before, batch)
 	if err != nil {
 		return 0, fmt.Errorf("prune worker executions: %w", err)
 	}
-	return tag.RowsAffected(), nil
-}
-
-// PruneEffects deletes up to batch worker_effects rows committed before
-// before, returning how many it deleted. A step's effect must outlive every
-// attempt of the step that can still arrive (a late attempt finding no row
-// would commit the step's effect again), so use the same retention as Prune.
-func (s *PGStore) PruneEffects(ctx context.Context, before time.Time, batch int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, qPruneEffects, before, batch)
-	if err != nil {
-		return 0, fmt.Errorf("prune worker effects: %w", err)
+	n := tag.RowsAffected()
+	if n >= int64(batch) {
+		return n, nil
 	}
-	return tag.RowsAffected(), nil
+	if tag, err = s.pool.Exec(ctx, qPruneEffects, before, int64(batch)-n); err != nil {
+		return n, fmt.Errorf("prune worker effects: %w", err)
+	}
+	return n + tag.RowsAffected(), nil
 }

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/lucius-platform/lucius/base/pgtest"
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/storetest"
 )
@@ -19,39 +16,7 @@ func TestPGStoreConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) worker.Store { return store })
 }
 
-func TestPGStorePruneDeletesOnlyOldFinishedRecords(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	store := worker.NewPGStore(pool)
-	finished := worker.Key{JobID: "aa", StepID: "ocr", AttemptNo: 1, LeaseID: "l1"}
-	running := worker.Key{JobID: "aa", StepID: "ocr", AttemptNo: 2, LeaseID: "l2"}
-	for _, k := range []worker.Key{finished, running} {
-		if _, err := store.Claim(ctx, worker.Claim{Key: k, Service: "ocr", WorkerID: "w", Until: time.Now().Add(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res := &luciusv1.ResultRequest{JobId: "aa", StepId: "ocr", AttemptNo: 1, LeaseId: "l1",
-		Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()}
-	if err := store.Finish(ctx, finished, "w", nil); err == nil {
-		t.Fatal("Finish accepted a nil result")
-	}
-	if err := store.Finish(ctx, finished, "w", res); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := store.Prune(ctx, time.Now().Add(-time.Hour), 100); err != nil || n != 0 {
-		t.Fatalf("prune of recent records deleted %d (%v), want 0", n, err)
-	}
-	if n, err := store.Prune(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 1 {
-		t.Fatalf("prune deleted %d (%v), want 1 (the finished record only)", n, err)
-	}
-	var left int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM worker_executions WHERE finished_at IS NULL`).Scan(&left); err != nil || left != 1 {
-		t.Fatalf("unfinished records left = %d (%v), want 1", left, err)
-	}
-}
-
-func TestPGStoreEffectKeepsTheFirstAttemptAndPrunes(t *testing.T) {
+func TestPGStoreEffectKeepsTheFirstAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
@@ -80,11 +45,5 @@ func TestPGStoreEffectKeepsTheFirstAttemptAndPrunes(t *testing.T) {
 	if rows != 1 || attempt != 1 || lease != "l1" || svc != "ocr" || by != "w1" || time.Since(committedAt) > time.Minute {
 		t.Errorf("worker_effects = %d row(s), attempt %d, lease %s, service %s, worker %s, committed %v; want attempt 1's only",
 			rows, attempt, lease, svc, by, committedAt)
-	}
-	if n, err := store.PruneEffects(ctx, time.Now().Add(-time.Hour), 100); err != nil || n != 0 {
-		t.Fatalf("prune of recent effects deleted %d (%v), want 0", n, err)
-	}
-	if n, err := store.PruneEffects(ctx, time.Now().Add(time.Hour), 100); err != nil || n != 1 {
-		t.Fatalf("prune deleted %d effects (%v), want 1", n, err)
 	}
 }

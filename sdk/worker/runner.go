@@ -540,7 +540,7 @@ func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, kee
 func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task, taskErr error, log *slog.Logger) (*luciusv1.ResultRequest, bool) {
 	started := time.Now()
 	var (
-		out Outcome
+		out Result
 		err error
 	)
 	if r.cfg.ExecutionDelay > 0 {
@@ -559,7 +559,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 	case err != nil:
 		// An injected failure: the executor does not run.
 	case r.cfg.NoOp:
-		out = Outcome{Output: map[string]any{"noop": true}, Artifacts: []*luciusv1.ArtifactRef{}}
+		out = Result{Output: map[string]any{"noop": true}, Artifacts: []*luciusv1.ArtifactRef{}}
 	default:
 		if taskErr != nil {
 			err = PermanentCode(CodeInvalidInput, taskErr)
@@ -658,11 +658,11 @@ func (r *Runner) injectFault(ctx context.Context, d *luciusv1.Directive, log *sl
 
 // safeExecute turns an executor panic into a NON_RETRYABLE failure: a panic
 // is a bug that the same input will hit again.
-func (r *Runner) safeExecute(ctx context.Context, task *Task, log *slog.Logger) (out Outcome, err error) {
+func (r *Runner) safeExecute(ctx context.Context, task *Task, log *slog.Logger) (out Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.ErrorContext(ctx, "executor panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			out, err = Outcome{}, PermanentCode(CodePanic, fmt.Errorf("executor panicked: %v", p))
+			out, err = Result{}, PermanentCode(CodePanic, fmt.Errorf("executor panicked: %v", p))
 		}
 	}()
 	return r.exec.Execute(ctx, task)

@@ -194,56 +194,56 @@ func TestRunnerReportsFailureClassOfExecutorErrors(t *testing.T) {
 	}{
 		{
 			name: "permanent",
-			exec: func(context.Context, *worker.Task) (worker.Outcome, error) {
-				return worker.Outcome{}, fmt.Errorf("parse page 3: %w", worker.PermanentCode(worker.CodeInvalidInput, errors.New("not a PDF")))
+			exec: func(context.Context, *worker.Task) (worker.Result, error) {
+				return worker.Result{}, fmt.Errorf("parse page 3: %w", worker.PermanentCode(worker.CodeInvalidInput, errors.New("not a PDF")))
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "INVALID_INPUT: parse page 3: not a PDF",
 		},
 		{
 			name: "retryable",
-			exec: func(context.Context, *worker.Task) (worker.Outcome, error) {
-				return worker.Outcome{}, worker.Retryable(errors.New("model server busy"))
+			exec: func(context.Context, *worker.Task) (worker.Result, error) {
+				return worker.Result{}, worker.Retryable(errors.New("model server busy"))
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, wantReason: "TRANSIENT: model server busy",
 		},
 		{
 			name: "unclassified defaults to retryable",
-			exec: func(context.Context, *worker.Task) (worker.Outcome, error) {
-				return worker.Outcome{}, errors.New("connection reset")
+			exec: func(context.Context, *worker.Task) (worker.Result, error) {
+				return worker.Result{}, errors.New("connection reset")
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, wantReason: "UNCLASSIFIED: connection reset",
 		},
 		{
 			name: "panic is permanent",
-			exec: func(context.Context, *worker.Task) (worker.Outcome, error) {
+			exec: func(context.Context, *worker.Task) (worker.Result, error) {
 				var m map[string]int
 				m["boom"]++
-				return worker.Outcome{}, nil
+				return worker.Result{}, nil
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "PANIC: executor panicked",
 		},
 		{
 			name: "timeout is retryable",
-			exec: func(ctx context.Context, _ *worker.Task) (worker.Outcome, error) {
+			exec: func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
 				<-ctx.Done()
-				return worker.Outcome{}, ctx.Err()
+				return worker.Result{}, ctx.Err()
 			},
 			timeout:   200 * time.Millisecond,
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE, wantReason: "TIMEOUT: task ran longer than 200ms",
 		},
 		{
 			name: "missing input is permanent",
-			exec: func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+			exec: func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 				_, err := t.ReadRef(ctx, "file://"+filepath.Join(t.StepDir(), "missing.txt"))
-				return worker.Outcome{}, err
+				return worker.Result{}, err
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "INPUT_NOT_FOUND: read file:///",
 		},
 		{
 			name: "input outside the file roots is permanent",
-			exec: func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+			exec: func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 				_, err := t.ReadRef(ctx, "file:///etc/passwd")
-				return worker.Outcome{}, err
+				return worker.Result{}, err
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "REF_OUTSIDE_FILE_ROOTS: ref \"file:///etc/passwd\"",
 		},
@@ -398,7 +398,7 @@ func TestRunnerBoundsConcurrency(t *testing.T) {
 	e := setup(t)
 	e.cfg.Concurrency = 2
 	var running, peak atomic.Int32
-	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -409,7 +409,7 @@ func TestRunnerBoundsConcurrency(t *testing.T) {
 		}
 		time.Sleep(150 * time.Millisecond)
 		_, err := t.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("ok"))
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}))
 	const jobs = 8
 	for range jobs {
@@ -427,10 +427,10 @@ func TestRunnerShutdownInterruptsAndReleasesInFlightWork(t *testing.T) {
 	e := setup(t)
 	e.cfg.ShutdownGrace = 100 * time.Millisecond
 	started := make(chan struct{})
-	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
 		close(started)
 		<-ctx.Done()
-		return worker.Outcome{}, ctx.Err()
+		return worker.Result{}, ctx.Err()
 	}))
 	d := e.directive("file:///unused")
 	e.publishUntilStarted(d, started)
@@ -527,9 +527,9 @@ func TestRunnerContinuesTheDispatchTrace(t *testing.T) {
 	e.cfg.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	e.cfg.Propagator = propagation.TraceContext{}
 	var seen atomic.Value
-	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
 		seen.Store(trace.SpanContextFromContext(ctx))
-		return worker.Outcome{}, nil
+		return worker.Result{}, nil
 	}))
 	d := e.directive("file:///unused")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -574,22 +574,22 @@ func TestNewRunnerRejectsIncompleteSetup(t *testing.T) {
 // slowExecutor works for about d in steps of 250ms, reporting its progress
 // with SetProgress after each step, then writes its artifact. It honours ctx.
 func slowExecutor(runs *counter, d time.Duration) worker.ExecuteFunc {
-	return func(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		const step = 250 * time.Millisecond
 		steps := int(d / step)
 		for i := range steps {
 			select {
 			case <-ctx.Done():
-				return worker.Outcome{}, ctx.Err()
+				return worker.Result{}, ctx.Err()
 			case <-time.After(step):
 			}
 			if err := t.SetProgress(map[string]any{"percent": float64(100 * (i + 1) / steps), "stage": "scanning"}); err != nil {
-				return worker.Outcome{}, err
+				return worker.Result{}, err
 			}
 		}
 		_, err := t.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("done"))
-		return worker.Outcome{Output: map[string]any{"steps": steps}}, err
+		return worker.Result{Output: map[string]any{"steps": steps}}, err
 	}
 }
 
@@ -708,9 +708,9 @@ func TestRunnerStopsWhenHeartbeatSaysLeaseLost(t *testing.T) {
 			e := setup(t)
 			e.orch.script(func(f *fakeOrchestrator) { f.heartbeatOutcome, f.heartbeatErr = tc.outcome, tc.err })
 			cause := make(chan error, 1)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				if _, err := task.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("partial")); err != nil {
-					return worker.Outcome{}, err
+					return worker.Result{}, err
 				}
 				select {
 				case <-ctx.Done():
@@ -719,9 +719,9 @@ func TestRunnerStopsWhenHeartbeatSaysLeaseLost(t *testing.T) {
 					cause <- errors.New("executor context never ended")
 				}
 				if tc.ignoresCancel {
-					return worker.Outcome{Output: map[string]any{"finished": "anyway"}}, nil
+					return worker.Result{Output: map[string]any{"finished": "anyway"}}, nil
 				}
-				return worker.Outcome{}, ctx.Err()
+				return worker.Result{}, ctx.Err()
 			}))
 			d := e.directive("file:///unused")
 			d.LeaseTimeout = durationpb.New(3 * time.Second)
@@ -918,11 +918,11 @@ func TestRunnerReportsPollingWithoutAnEffect(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	var runs counter
-	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 		if runs.inc(); runs.get() == 1 {
-			return worker.Outcome{Polling: true, Output: map[string]any{"percent": 40}}, nil
+			return worker.Result{Polling: true, Output: map[string]any{"percent": 40}}, nil
 		}
-		return worker.Outcome{Output: map[string]any{"percent": 100}}, nil
+		return worker.Result{Output: map[string]any{"percent": 100}}, nil
 	}))
 	first := e.directive(e.writeInput("in.txt", []byte("move\n")))
 	first.FinalStep = true
@@ -962,7 +962,7 @@ func TestRunnerFetchesADetachedDirectiveBeforeRunningIt(t *testing.T) {
 			var mu sync.Mutex
 			var runs counter
 			upper := upperExecutor(&runs)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				mu.Lock()
 				payloads = append(payloads, task.Directive.GetPayload().GetFields()["marker"].GetStringValue())
 				mu.Unlock()
@@ -1029,7 +1029,7 @@ func TestRunnerPrefetchHoldsThatManyMessagesPerSubscription(t *testing.T) {
 			release := make(chan struct{})
 			var started, runs counter
 			upper := upperExecutor(&runs)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Outcome, error) {
+			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				started.inc()
 				<-release
 				return upper(ctx, task)

@@ -47,6 +47,13 @@ type Store interface {
 	// only, and the first record wins. It reports whether this call inserted
 	// the record (false: an earlier attempt of the step committed first).
 	RecordEffect(ctx context.Context, e Effect) (inserted bool, err error)
+	// Prune deletes up to batch finished attempt records and step effects
+	// older than before, returning how many it deleted; unfinished records
+	// stay. The runtime calls it hourly with the retention
+	// (LUCIUS_WORKER_RETENTION): a directive redelivered after its record
+	// was pruned would run again, so keep records longer than any
+	// redelivery can arrive (the bus TTL, 14 days by default).
+	Prune(ctx context.Context, before time.Time, batch int) (int64, error)
 }
 
 // Effect is the committed effect of a step: which attempt's work counts.

@@ -208,7 +208,7 @@ func (t *Task) refFailed(ctx context.Context, msg, ref string, err error) error 
 // ArtifactRef: name (1-128 bytes, e.g. "text"), a file:// URI, media type
 // (default application/octet-stream), size and SHA-256. Writes are atomic, so
 // a retried attempt replaces its earlier output whole. Artifacts are reported
-// in the RESULT in the order they were written unless the Outcome lists them;
+// in the RESULT in the order they were written unless the Result lists them;
 // the first one is the step's primary output, the next step's input_ref.
 func (t *Task) WriteArtifact(ctx context.Context, name, file, mediaType string, data []byte) (*luciusv1.ArtifactRef, error) {
 	return t.WriteArtifactFrom(ctx, name, file, mediaType, bytes.NewReader(data))

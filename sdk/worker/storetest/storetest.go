@@ -29,27 +29,34 @@ import (
 // parallel and use random keys, so newStore may return one shared store.
 func Run(t *testing.T, newStore func(t *testing.T) worker.Store) {
 	t.Helper()
-	for _, tc := range []struct {
-		name string
-		run  func(t *testing.T, s worker.Store)
-	}{
-		{"first claim acquires", firstClaimAcquires},
-		{"live claim is busy for others", liveClaimIsBusy},
-		{"finished attempt returns its stored result", finishedReturnsResult},
-		{"expired claim is taken over", expiredClaimTakenOver},
-		{"released claim is taken over at once", releasedClaimTakenOver},
-		{"extend keeps a claim alive", extendKeepsClaim},
-		{"forget removes an unexecuted claim", forgetRemovesClaim},
-		{"only the holder may finish", onlyHolderFinishes},
-		{"every key component distinguishes attempts", keyComponentsDistinguish},
-		{"a step's effect is recorded once", effectRecordedOncePerStep},
-		{"concurrent attempts commit one effect", concurrentEffectsCommitOnce},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.run(t, newStore(t))
-		})
-	}
+	// The cases share the store and use random keys, so they run in
+	// parallel; pruning deletes every old record, so it runs after them.
+	t.Run("parallel", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			run  func(t *testing.T, s worker.Store)
+		}{
+			{"first claim acquires", firstClaimAcquires},
+			{"live claim is busy for others", liveClaimIsBusy},
+			{"finished attempt returns its stored result", finishedReturnsResult},
+			{"expired claim is taken over", expiredClaimTakenOver},
+			{"released claim is taken over at once", releasedClaimTakenOver},
+			{"extend keeps a claim alive", extendKeepsClaim},
+			{"forget removes an unexecuted claim", forgetRemovesClaim},
+			{"only the holder may finish", onlyHolderFinishes},
+			{"every key component distinguishes attempts", keyComponentsDistinguish},
+			{"a step's effect is recorded once", effectRecordedOncePerStep},
+			{"concurrent attempts commit one effect", concurrentEffectsCommitOnce},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, newStore(t))
+			})
+		}
+	})
+	t.Run("prune deletes old finished records and effects only", func(t *testing.T) {
+		pruneDeletesOldFinished(t, newStore(t))
+	})
 }
 
 func newKey(t *testing.T) worker.Key {
@@ -288,5 +295,46 @@ func concurrentEffectsCommitOnce(t *testing.T, s worker.Store) {
 	}
 	if inserted != 1 {
 		t.Errorf("%d of %d concurrent attempts inserted the step's effect, want exactly 1", inserted, attempts)
+	}
+}
+
+func pruneDeletesOldFinished(t *testing.T, s worker.Store) {
+	ctx := context.Background()
+	finished, running := newKey(t), newKey(t)
+	for _, k := range []worker.Key{finished, running} {
+		wantState(t, claim(t, s, k, "w1", later()), worker.ClaimAcquired, false)
+	}
+	if err := s.Finish(ctx, finished, "w1", result(finished)); err != nil {
+		t.Fatal(err)
+	}
+	if !recordEffect(t, s, effect(finished, "w1")) {
+		t.Fatal("first effect not inserted")
+	}
+	if n, err := s.Prune(ctx, time.Now().Add(-time.Hour), 100); err != nil {
+		t.Fatal(err)
+	} else if got := claim(t, s, finished, "w2", later()); got.State != worker.ClaimDone {
+		t.Fatalf("prune before an hour ago deleted %d and the finished record: claim = %v", n, got.State)
+	}
+	var total int64
+	for {
+		n, err := s.Prune(ctx, time.Now().Add(time.Hour), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if n > 1 {
+			t.Fatalf("prune with batch 1 deleted %d", n)
+		}
+		total += n
+	}
+	if total < 2 {
+		t.Fatalf("prune deleted %d records, want at least the finished attempt and its effect", total)
+	}
+	wantState(t, claim(t, s, finished, "w2", later()), worker.ClaimAcquired, false)
+	wantState(t, claim(t, s, running, "w2", later()), worker.ClaimBusy, false)
+	if !recordEffect(t, s, effect(finished, "w2")) {
+		t.Fatal("the pruned effect still blocks a new one")
 	}
 }

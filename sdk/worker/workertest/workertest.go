@@ -56,7 +56,7 @@ func Directive(t testing.TB, stepType string, input []byte, payload map[string]a
 
 // Execute runs exec on a task for d. The task's file roots are the system's
 // temporary folder, where t.TempDir() and Directive put test files.
-func Execute(t testing.TB, exec worker.Executor, d *luciusv1.Directive) (worker.Outcome, *worker.Task, error) {
+func Execute(t testing.TB, exec worker.Executor, d *luciusv1.Directive) (worker.Result, *worker.Task, error) {
 	t.Helper()
 	task, err := worker.NewTask(d, worker.TaskConfig{FileRoots: []string{os.TempDir()}})
 	if err != nil {

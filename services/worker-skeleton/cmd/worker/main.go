@@ -372,21 +372,13 @@ func runAll(ctx context.Context, cancel context.CancelCauseFunc, services []stri
 // pruneLoop deletes idempotency records and step effects older than
 // retention, hourly. Keep retention above the bus's message TTL (14 days by
 // default), or a very late redelivery would run its attempt again.
-func pruneLoop(ctx context.Context, store *worker.PGStore, retention time.Duration, log *slog.Logger) {
+func pruneLoop(ctx context.Context, store worker.Store, retention time.Duration, log *slog.Logger) {
 	loop.Every(ctx, time.Hour, false, func(ctx context.Context) {
-		for _, p := range []struct {
-			what  string
-			prune func(ctx context.Context, before time.Time, batch int) (int64, error)
-		}{
-			{"worker executions", store.Prune},
-			{"worker effects", store.PruneEffects},
-		} {
-			_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
-				return p.prune(ctx, time.Now().Add(-retention), limit)
-			})
-			if err != nil && ctx.Err() == nil {
-				log.WarnContext(ctx, "prune "+p.what, telemetry.Err(err))
-			}
+		_, err := loop.Drain(ctx, 5000, 30*time.Second, func(ctx context.Context, limit int) (int64, error) {
+			return store.Prune(ctx, time.Now().Add(-retention), limit)
+		})
+		if err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "prune worker records", telemetry.Err(err))
 		}
 	})
 }

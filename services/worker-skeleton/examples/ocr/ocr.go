@@ -29,22 +29,22 @@ var _ worker.Executor = Executor{}
 // Execute copies the UTF-8 text of input_ref to output.txt. Output:
 // characters, lines, bytes and sha256 of the text. Input that is not UTF-8 is
 // a permanent failure.
-func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	data, err := t.ReadInput(ctx)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("ocr: %w", err)
+		return worker.Result{}, fmt.Errorf("ocr: %w", err)
 	}
 	if !utf8.Valid(data) {
-		return worker.Outcome{}, worker.PermanentCode(worker.CodeInvalidInput,
+		return worker.Result{}, worker.PermanentCode(worker.CodeInvalidInput,
 			fmt.Errorf("ocr: input %s is not UTF-8 text (first invalid byte at offset %d)", t.Directive.GetInputRef(), invalidOffset(data)))
 	}
 	ref, err := t.WriteArtifact(ctx, ArtifactName, ArtifactFile, MediaType, data)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("ocr: %w", err)
+		return worker.Result{}, fmt.Errorf("ocr: %w", err)
 	}
 	text := string(data)
 	t.Logger().InfoContext(ctx, "text extracted", "characters", utf8.RuneCountInString(text), "bytes", len(data))
-	return worker.Outcome{Output: map[string]any{
+	return worker.Result{Output: map[string]any{
 		"characters": utf8.RuneCountInString(text),
 		"lines":      CountLines(text),
 		"bytes":      len(data),

@@ -76,28 +76,28 @@ func next(prev []byte, phase int) [32]byte {
 
 // Execute resumes from the last checkpoint, runs the remaining phases with
 // a checkpoint after each, and reports which execution ran which phase.
-func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	phases, err := t.PayloadInt("phases", 4, 1, 100)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	phaseMS, err := t.PayloadInt("phase_ms", 1000, 0, 600000)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	p, err := load(ctx, t)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	resumedAfter := len(p.Done)
 	attemptNo := int(t.Directive.GetAttemptNo())
 	digest, err := hex.DecodeString(p.Digest)
 	if err != nil || len(digest) != sha256.Size {
-		return worker.Outcome{}, worker.Permanent(fmt.Errorf("phased: checkpoint digest %q is not a SHA-256", p.Digest))
+		return worker.Result{}, worker.Permanent(fmt.Errorf("phased: checkpoint digest %q is not a SHA-256", p.Digest))
 	}
 	for phase := len(p.Done) + 1; phase <= phases; phase++ {
 		if err := work(ctx, t, time.Duration(phaseMS)*time.Millisecond); err != nil {
-			return worker.Outcome{}, fmt.Errorf("phased: phase %d of %d (resume after phase %d): %w", phase, phases, phase-1, err)
+			return worker.Result{}, fmt.Errorf("phased: phase %d of %d (resume after phase %d): %w", phase, phases, phase-1, err)
 		}
 		d := next(digest, phase)
 		digest = d[:]
@@ -105,10 +105,10 @@ func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, er
 		p.Done = append(p.Done, Phase{Phase: phase, Run: p.Run, AttemptNo: attemptNo})
 		data, err := json.Marshal(p)
 		if err != nil {
-			return worker.Outcome{}, err
+			return worker.Result{}, err
 		}
 		if err := t.SaveCheckpoint(ctx, CheckpointName, data); err != nil {
-			return worker.Outcome{}, fmt.Errorf("phased: %w", err)
+			return worker.Result{}, fmt.Errorf("phased: %w", err)
 		}
 	}
 	done := make([]any, len(p.Done))
@@ -118,12 +118,12 @@ func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, er
 	output := map[string]any{"phases": phases, "digest": p.Digest, "run": p.Run, "resumed_after": resumedAfter, "done": done}
 	body, err := json.Marshal(output)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	if _, err := t.WriteArtifact(ctx, "phases", "phases.json", "application/json", body); err != nil {
-		return worker.Outcome{}, fmt.Errorf("phased: %w", err)
+		return worker.Result{}, fmt.Errorf("phased: %w", err)
 	}
-	return worker.Outcome{Output: output}, nil
+	return worker.Result{Output: output}, nil
 }
 
 // load reads the checkpoint, or starts run 1 when there is none.

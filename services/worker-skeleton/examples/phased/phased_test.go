@@ -31,7 +31,7 @@ type output struct {
 	Done         []phased.Phase `json:"done"`
 }
 
-func decode(t *testing.T, out worker.Outcome) output {
+func decode(t *testing.T, out worker.Result) output {
 	t.Helper()
 	raw, err := json.Marshal(out.Output)
 	if err != nil {

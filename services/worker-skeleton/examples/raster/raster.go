@@ -88,23 +88,23 @@ func NewExecutor() worker.Handlers {
 // reports its size in bytes and MiB, its URL and the names; validation.json
 // holds the same. A missing payload field, a missing, unreadable or empty
 // input is a permanent failure.
-func Validate(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func Validate(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	container, err := requiredString(t, HandlerValidate, "container_name")
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	blob, err := requiredString(t, HandlerValidate, "blob_name")
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	f, err := t.OpenInput(ctx)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerValidate, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerValidate, err)
 	}
 	size := f.Size()
 	f.Close()
 	if size == 0 {
-		return worker.Outcome{}, worker.PermanentCode(worker.CodeInvalidInput,
+		return worker.Result{}, worker.PermanentCode(worker.CodeInvalidInput,
 			fmt.Errorf("%s: input %s is empty, not a raster", HandlerValidate, t.Directive.GetInputRef()))
 	}
 	v := Validation{
@@ -112,23 +112,23 @@ func Validate(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 		ContainerName: container, BlobName: blob,
 	}
 	if _, err := writeJSON(ctx, t, ValidationArtifact, ValidationFile, v); err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerValidate, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerValidate, err)
 	}
 	t.Logger().InfoContext(ctx, "raster validated", "bytes", v.Bytes, "file_size_mb", v.FileSizeMB)
-	return worker.Outcome{Output: map[string]any{
+	return worker.Result{Output: map[string]any{
 		"file_size_mb": v.FileSizeMB, "bytes": v.Bytes, "blob_url": v.BlobURL,
 		"container_name": v.ContainerName, "blob_name": v.BlobName,
 	}}, nil
 }
 
 // COGFA is raster_cog_fa, the light path for small rasters; see convert.
-func COGFA(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func COGFA(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	return convert(ctx, t, HandlerCOGFA, PipelineFA)
 }
 
 // COGDocker is raster_cog_docker, the heavy path for large rasters; see
 // convert.
-func COGDocker(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func COGDocker(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	return convert(ctx, t, HandlerCOGDocker, PipelineDocker)
 }
 
@@ -139,23 +139,23 @@ func COGDocker(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 // the workflow's last step, what reaches output_ref), cog.tif the second. The
 // output is the manifest's fields. A missing payload field or source is a
 // permanent failure.
-func convert(ctx context.Context, t *worker.Task, handler, pipeline string) (worker.Outcome, error) {
+func convert(ctx context.Context, t *worker.Task, handler, pipeline string) (worker.Result, error) {
 	source, err := requiredString(t, handler, "source_url")
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	crs, err := requiredString(t, handler, "target_crs")
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	f, err := t.OpenRef(ctx, source)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: source_url: %w", handler, err)
+		return worker.Result{}, fmt.Errorf("%s: source_url: %w", handler, err)
 	}
 	defer f.Close()
 	cog, err := t.WriteArtifactFrom(ctx, COGArtifact, COGFile, COGMediaType, f)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: copy %s: %w", handler, source, err)
+		return worker.Result{}, fmt.Errorf("%s: copy %s: %w", handler, source, err)
 	}
 	m := Manifest{
 		SourceURL: source, TargetCRS: crs, Path: filepath.Join(t.StepDir(), COGFile),
@@ -163,10 +163,10 @@ func convert(ctx context.Context, t *worker.Task, handler, pipeline string) (wor
 	}
 	manifest, err := writeJSON(ctx, t, ManifestArtifact, ManifestFile, m)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", handler, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", handler, err)
 	}
 	t.Logger().InfoContext(ctx, "raster converted", "pipeline", pipeline, "bytes", m.Bytes, "target_crs", crs)
-	return worker.Outcome{
+	return worker.Result{
 		Output: map[string]any{
 			"source_url": m.SourceURL, "target_crs": m.TargetCRS, "path": m.Path,
 			"bytes": m.Bytes, "sha256": m.SHA256, "pipeline": m.Pipeline,

@@ -8,7 +8,7 @@
 // polled N times, then succeeds; poll never finishes (its poll timeout ends
 // it). The output echoes the params and says which dispatch answered. A real
 // pool registers its functions in a worker.Handlers and returns
-// worker.Outcome{Polling: true} while its external operation runs.
+// worker.Result{Polling: true} while its external operation runs.
 package runbookdemo
 
 import (
@@ -29,30 +29,30 @@ type Executor struct{}
 var _ worker.Executor = Executor{}
 
 // Execute behaves as payload.outcome says.
-func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	outcome, err := t.PayloadString("outcome", "succeed")
 	if err != nil {
-		return worker.Outcome{}, worker.Permanent(err)
+		return worker.Result{}, worker.Permanent(err)
 	}
 	// Each poll of a step is a new attempt of its job: the attempt number
 	// counts the dispatches so far.
 	dispatch := int(t.Directive.GetAttemptNo())
-	out := worker.Outcome{Output: map[string]any{"function": t.Directive.GetStepType(), "dispatch": dispatch, "params": t.Payload()}}
+	out := worker.Result{Output: map[string]any{"function": t.Directive.GetStepType(), "dispatch": dispatch, "params": t.Payload()}}
 	switch {
 	case outcome == "succeed":
 		return out, nil
 	case outcome == "fail":
-		return worker.Outcome{}, worker.Permanent(fmt.Errorf("%s failed as its params asked", t.Directive.GetStepType()))
+		return worker.Result{}, worker.Permanent(fmt.Errorf("%s failed as its params asked", t.Directive.GetStepType()))
 	case outcome == "poll":
 		out.Polling = true
 		return out, nil
 	case strings.HasPrefix(outcome, "poll:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(outcome, "poll:"))
 		if err != nil || n < 0 {
-			return worker.Outcome{}, worker.Permanent(fmt.Errorf("outcome %q: want poll:N with N >= 0", outcome))
+			return worker.Result{}, worker.Permanent(fmt.Errorf("outcome %q: want poll:N with N >= 0", outcome))
 		}
 		out.Polling = dispatch <= n
 		return out, nil
 	}
-	return worker.Outcome{}, worker.Permanent(fmt.Errorf("outcome %q: want succeed, fail, poll or poll:N", outcome))
+	return worker.Result{}, worker.Permanent(fmt.Errorf("outcome %q: want succeed, fail, poll or poll:N", outcome))
 }

@@ -55,42 +55,42 @@ var _ worker.Executor = Executor{}
 // of result.json. A missing or empty prompt_set, input that is neither a
 // vectors.json nor UTF-8 text, or input without any text is a permanent
 // failure.
-func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func (Executor) Execute(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	prompts, err := t.PayloadStrings("prompt_set")
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("sis: %w", err)
+		return worker.Result{}, fmt.Errorf("sis: %w", err)
 	}
 	if len(prompts) == 0 {
-		return worker.Outcome{}, worker.PermanentCode(worker.CodeInvalidInput,
+		return worker.Result{}, worker.PermanentCode(worker.CodeInvalidInput,
 			errors.New("sis: payload.prompt_set is missing or empty; it needs at least one prompt"))
 	}
 	data, err := t.ReadInput(ctx)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("sis: %w", err)
+		return worker.Result{}, fmt.Errorf("sis: %w", err)
 	}
 	doc, source, err := load(t, data)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	if len(doc.Chunks) == 0 {
-		return worker.Outcome{}, worker.PermanentCode(worker.CodeInvalidInput,
+		return worker.Result{}, worker.PermanentCode(worker.CodeInvalidInput,
 			fmt.Errorf("sis: input %s has no text to search", t.Directive.GetInputRef()))
 	}
 	res := Result{Model: featurehash.Model, Dimensions: doc.Dimensions, Source: source, Matches: Search(doc, prompts)}
 	body, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("sis: encode result: %w", err)
+		return worker.Result{}, fmt.Errorf("sis: encode result: %w", err)
 	}
 	ref, err := t.WriteArtifact(ctx, ArtifactName, ArtifactFile, MediaType, append(body, '\n'))
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("sis: %w", err)
+		return worker.Result{}, fmt.Errorf("sis: %w", err)
 	}
 	best := res.Matches[0].Score
 	for _, m := range res.Matches[1:] {
 		best = max(best, m.Score)
 	}
 	t.Logger().InfoContext(ctx, "prompts answered", "prompts", len(prompts), "source", source)
-	return worker.Outcome{Output: map[string]any{
+	return worker.Result{Output: map[string]any{
 		"prompts":    len(prompts),
 		"chunks":     len(doc.Chunks),
 		"source":     source,

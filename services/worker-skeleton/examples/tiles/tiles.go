@@ -127,32 +127,32 @@ func Digest(tileSHA256 []string) string {
 // [0, size) with Split. Output: tiles, a list of {index, offset, length}, and
 // input_bytes; plan.json holds the same. A missing or bad tiles, or a
 // missing input is a permanent failure.
-func PlanTiles(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func PlanTiles(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	n, err := t.PayloadInt("tiles", 0, 1, MaxTiles)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerPlan, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerPlan, err)
 	}
 	if n == 0 {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.tiles is required (an integer in [1, %d])", HandlerPlan, MaxTiles)
+		return worker.Result{}, worker.Permanentf("%s: payload.tiles is required (an integer in [1, %d])", HandlerPlan, MaxTiles)
 	}
 	size, err := inputSize(ctx, t, HandlerPlan)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	plan := Plan{Tiles: Split(size, n), InputBytes: size}
 	body, err := json.Marshal(plan)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: encode plan: %w", HandlerPlan, err)
+		return worker.Result{}, fmt.Errorf("%s: encode plan: %w", HandlerPlan, err)
 	}
 	if _, err := t.WriteArtifact(ctx, PlanArtifact, PlanFile, jsonMediaType, append(body, '\n')); err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerPlan, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerPlan, err)
 	}
 	list := make([]any, len(plan.Tiles))
 	for i, tile := range plan.Tiles {
 		list[i] = map[string]any{"index": tile.Index, "offset": tile.Offset, "length": tile.Length}
 	}
 	t.Logger().InfoContext(ctx, "tiles planned", "tiles", n, "input_bytes", size)
-	return worker.Outcome{Output: map[string]any{"tiles": list, "input_bytes": size}}, nil
+	return worker.Result{Output: map[string]any{"tiles": list, "input_bytes": size}}, nil
 }
 
 // ProcessTile is tile_process. Payload: tile (an object {index, offset,
@@ -165,61 +165,61 @@ func PlanTiles(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 // index the tile fails permanently with "tile N is marked to fail
 // (fail_tile)". A bad payload, or a range outside the input (the input
 // changed since planning) is a permanent failure too.
-func ProcessTile(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func ProcessTile(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	index, err := t.PayloadInt("index", -1, 0, MaxTiles-1)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerProcess, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerProcess, err)
 	}
 	if index < 0 {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.index is required", HandlerProcess)
+		return worker.Result{}, worker.Permanentf("%s: payload.index is required", HandlerProcess)
 	}
 	tile, err := tileParam(t.Payload()["tile"])
 	if err != nil {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.tile: %w", HandlerProcess, err)
+		return worker.Result{}, worker.Permanentf("%s: payload.tile: %w", HandlerProcess, err)
 	}
 	if tile.Index != index {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.tile.index %d does not match payload.index %d", HandlerProcess, tile.Index, index)
+		return worker.Result{}, worker.Permanentf("%s: payload.tile.index %d does not match payload.index %d", HandlerProcess, tile.Index, index)
 	}
 	failTile, err := t.PayloadInt("fail_tile", -1, math.MinInt32, math.MaxInt32)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerProcess, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerProcess, err)
 	}
 	if failTile == index {
-		return worker.Outcome{}, worker.Permanent(fmt.Errorf("tile %d is marked to fail (fail_tile)", index))
+		return worker.Result{}, worker.Permanent(fmt.Errorf("tile %d is marked to fail (fail_tile)", index))
 	}
 
 	ref, err := jobInputRef(t, HandlerProcess)
 	if err != nil {
-		return worker.Outcome{}, err
+		return worker.Result{}, err
 	}
 	f, err := t.OpenRef(ctx, ref)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: job input: %w", HandlerProcess, err)
+		return worker.Result{}, fmt.Errorf("%s: job input: %w", HandlerProcess, err)
 	}
 	defer f.Close()
 	if tile.Offset+tile.Length > f.Size() {
-		return worker.Outcome{}, worker.Permanentf("%s: tile %d range [%d, %d) lies outside the job input's %d bytes (did it change since planning?)",
+		return worker.Result{}, worker.Permanentf("%s: tile %d range [%d, %d) lies outside the job input's %d bytes (did it change since planning?)",
 			HandlerProcess, index, tile.Offset, tile.Offset+tile.Length, f.Size())
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, blob.ContextReader(ctx, io.NewSectionReader(f, tile.Offset, tile.Length)))
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: read tile %d of %s: %w", HandlerProcess, index, ref, err)
+		return worker.Result{}, fmt.Errorf("%s: read tile %d of %s: %w", HandlerProcess, index, ref, err)
 	}
 	if n != tile.Length {
-		return worker.Outcome{}, worker.Permanentf("%s: tile %d: read %d bytes of %s, want %d (did it change since planning?)",
+		return worker.Result{}, worker.Permanentf("%s: tile %d: read %d bytes of %s, want %d (did it change since planning?)",
 			HandlerProcess, index, n, ref, tile.Length)
 	}
 	res := TileResult{Index: index, Offset: tile.Offset, Length: tile.Length, SHA256: hex.EncodeToString(h.Sum(nil))}
 	body, err := json.Marshal(res)
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: encode tile %d: %w", HandlerProcess, index, err)
+		return worker.Result{}, fmt.Errorf("%s: encode tile %d: %w", HandlerProcess, index, err)
 	}
 	// Every tile of a job writes into the same step directory; the index keeps the files apart.
 	if _, err := t.WriteArtifact(ctx, TileArtifact, "tile-"+strconv.Itoa(index)+".json", jsonMediaType, append(body, '\n')); err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerProcess, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerProcess, err)
 	}
-	return worker.Outcome{Output: map[string]any{"index": index, "sha256": res.SHA256, "bytes": res.Length}}, nil
+	return worker.Result{Output: map[string]any{"index": index, "sha256": res.SHA256, "bytes": res.Length}}, nil
 }
 
 // Aggregate is tiles_aggregate. Payload: results, the tile_process outputs in
@@ -229,23 +229,23 @@ func ProcessTile(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 // artifact, the job's result on the workflow's last step. Output: tiles,
 // bytes and digest. Missing, empty, malformed or out-of-order results are a
 // permanent failure.
-func Aggregate(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
+func Aggregate(ctx context.Context, t *worker.Task) (worker.Result, error) {
 	raw, ok := t.Payload()["results"]
 	if !ok {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.results is required (the tile_process outputs in index order)", HandlerAggregate)
+		return worker.Result{}, worker.Permanentf("%s: payload.results is required (the tile_process outputs in index order)", HandlerAggregate)
 	}
 	results, ok := raw.([]any)
 	if !ok || len(results) == 0 {
-		return worker.Outcome{}, worker.Permanentf("%s: payload.results: want a non-empty list of tile outputs, have %s", HandlerAggregate, describe(raw))
+		return worker.Result{}, worker.Permanentf("%s: payload.results: want a non-empty list of tile outputs, have %s", HandlerAggregate, describe(raw))
 	}
 	m := Mosaic{Tiles: len(results), TileSHA256: make([]string, len(results))}
 	for i, r := range results {
 		index, sum, n, err := tileOutput(r)
 		if err != nil {
-			return worker.Outcome{}, worker.Permanentf("%s: payload.results[%d]: %w", HandlerAggregate, i, err)
+			return worker.Result{}, worker.Permanentf("%s: payload.results[%d]: %w", HandlerAggregate, i, err)
 		}
 		if index != i {
-			return worker.Outcome{}, worker.Permanentf("%s: payload.results[%d] is tile %d; want the tiles 0..%d in order",
+			return worker.Result{}, worker.Permanentf("%s: payload.results[%d] is tile %d; want the tiles 0..%d in order",
 				HandlerAggregate, i, index, len(results)-1)
 		}
 		m.TileSHA256[i] = sum
@@ -254,13 +254,13 @@ func Aggregate(ctx context.Context, t *worker.Task) (worker.Outcome, error) {
 	m.Digest = Digest(m.TileSHA256)
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: encode mosaic: %w", HandlerAggregate, err)
+		return worker.Result{}, fmt.Errorf("%s: encode mosaic: %w", HandlerAggregate, err)
 	}
 	if _, err := t.WriteArtifact(ctx, MosaicArtifact, MosaicFile, jsonMediaType, append(body, '\n')); err != nil {
-		return worker.Outcome{}, fmt.Errorf("%s: %w", HandlerAggregate, err)
+		return worker.Result{}, fmt.Errorf("%s: %w", HandlerAggregate, err)
 	}
 	t.Logger().InfoContext(ctx, "tiles aggregated", "tiles", m.Tiles, "bytes", m.Bytes, "digest", m.Digest)
-	return worker.Outcome{Output: map[string]any{"tiles": m.Tiles, "bytes": m.Bytes, "digest": m.Digest}}, nil
+	return worker.Result{Output: map[string]any{"tiles": m.Tiles, "bytes": m.Bytes, "digest": m.Digest}}, nil
 }
 
 // jobInputRef is the job's original input, which every handler works on
