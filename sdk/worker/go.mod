@@ -74,6 +74,7 @@ require (
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0
+	go.etcd.io/bbolt v1.4.3
 )
 
 replace github.com/lucius-platform/lucius/contract => ../../contract
@@ -81,4 +82,3 @@ replace github.com/lucius-platform/lucius/contract => ../../contract
 replace github.com/lucius-platform/lucius/base => ../../base
 
 replace github.com/lucius-platform/lucius/bus => ../../bus
-
