@@ -24,9 +24,9 @@
 // dropped silently, which is what makes outbox re-sends safe.//
 // This package is the root of module bus, which workers import without the
 // control plane: the interface, its conformance suite (bustest), both
-// implementations (pgbus, sbbus), the factory that opens the one LUCIUS_BUS
-// names (busconfig), and the entities every process declares (topology,
-// routing).
+// production implementations (pgbus, sbbus) and an in-memory one for tests
+// (membus), the factory that opens the one LUCIUS_BUS names (busconfig), and
+// the entities every process declares (topology, routing).
 package bus
 
 import (
