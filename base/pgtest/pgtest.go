@@ -78,6 +78,18 @@ func ServerURL() string { return serverURL }
 // ends, and returns its URL. Databases isolate LISTEN/NOTIFY channels too.
 func NewDB(t testing.TB) string {
 	t.Helper()
+	return newDB(t, template)
+}
+
+// NewEmptyDB creates a database with none of Main's migrations, for tests
+// of code that migrates it itself; dropped when the test ends.
+func NewEmptyDB(t testing.TB) string {
+	t.Helper()
+	return newDB(t, "template0")
+}
+
+func newDB(t testing.TB, template string) string {
+	t.Helper()
 	if serverURL == "" {
 		t.Fatal("pgtest: call pgtest.Main from TestMain")
 	}

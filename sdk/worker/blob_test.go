@@ -89,7 +89,7 @@ func TestRunnerSpillsOutputOverTheInlineLimit(t *testing.T) {
 	e := setup(t)
 	e.cfg.InlineOutputLimit = 1024
 	big := strings.Repeat("x", 4096)
-	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 		in, err := task.ReadInput(ctx)
 		if err != nil {
 			return worker.Result{}, err

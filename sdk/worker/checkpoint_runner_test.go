@@ -17,7 +17,7 @@ import (
 // and succeeds, reporting where it resumed; otherwise it checkpoints phase
 // 1, tells started, and waits: at the shutdown notice it checkpoints phase
 // 2 and stops with ErrShuttingDown.
-func phasedExecutor(runs *counter, started chan<- struct{}) worker.ExecuteFunc {
+func phasedExecutor(runs *counter, started chan<- struct{}) worker.HandlerFunc {
 	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		data, found, err := t.Checkpoint(ctx, "progress")
@@ -119,7 +119,7 @@ func TestRunnerStopsWhenACheckpointSaysTheLeaseIsLost(t *testing.T) {
 		f.checkpointOutcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT
 	})
 	saveErr := make(chan error, 1)
-	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		err := t.SaveCheckpoint(ctx, "progress", []byte("phase 1"))
 		saveErr <- err
 		if err != nil {

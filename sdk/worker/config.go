@@ -48,11 +48,8 @@ type Config struct {
 	// honouring cancellation: a testing and chaos hook that keeps attempts in
 	// flight long enough to kill a process under them. Default 0.
 	ExecutionDelay time.Duration
-	// Faults enables fault injection for chaos tests: before executing, the
-	// runner applies the directive payload's "fault" object when its
-	// step_type matches the directive's (see the README). Never enable it in
-	// production. Default false.
-	Faults bool
+	// Middleware wraps the executor (or the no-op), outermost first.
+	Middleware []Middleware
 	// LockDuration and MaxDeliveryCount configure the directive subscriptions
 	// the runner declares at start. Defaults: bus.DefaultLockDuration (60s)
 	// and bus.DefaultMaxDeliveryCount (10).

@@ -1,4 +1,5 @@
-// Package worker is the Lucius platform-service skeleton: everything a team
+// Package worker is the Lucius worker SDK: Handle registers a handler by
+// name and Run does everything else. Below them, it is everything a team
 // needs to run a step of a protocol (OCR, EMBEDDING, SIS, ...) except the work
 // itself, which the team supplies as an Executor.
 //
@@ -40,8 +41,9 @@
 // ErrShuttingDown, and the runner releases the attempt for redelivery
 // without RESULT.
 //
-// For chaos tests only, Config.Faults lets the directive payload's "fault"
-// object inject failures and delays before the Executor runs.
+// Config.Middleware wraps the Executor with behaviour every handler shares;
+// fault injection for chaos tests is one, in test support
+// (workertest/faults), not in the runtime.
 //
 // Errors returned by an Executor are classified with Permanent and Retryable
 // into the RESULT's failure_class; an unclassified error is RETRYABLE (see
@@ -51,7 +53,6 @@
 // step_type names the handler) serves them with one Handlers, an Executor
 // that dispatches on step_type and fails an unknown handler permanently.
 //
-// A fork keeps this package as it is, replaces the Executor and its
-// step-specific validation, and runs the contract test in runner_test.go
-// against its own executor.
+// A worker's own tests run its handlers through the contract kit
+// (workertest.CheckContract): the real Runner on an in-memory bus.
 package worker

@@ -74,8 +74,8 @@ func ExampleExecutor() {
 }
 
 // A function is enough for a small executor.
-func ExampleExecuteFunc() {
-	var exec worker.Executor = worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+func ExampleHandlerFunc() {
+	var exec worker.Executor = worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		return worker.Result{Output: map[string]any{"step": t.Directive.GetStepType()}}, nil
 	})
 	_ = exec

@@ -20,11 +20,12 @@ type Executor interface {
 	Execute(ctx context.Context, task *Task) (Result, error)
 }
 
-// ExecuteFunc adapts a function to Executor.
-type ExecuteFunc func(ctx context.Context, task *Task) (Result, error)
+// HandlerFunc is a handler: the work of one step attempt as a function. It is
+// an Executor; register it by name with Handle (or in a Handlers map).
+type HandlerFunc func(ctx context.Context, task *Task) (Result, error)
 
 // Execute calls f.
-func (f ExecuteFunc) Execute(ctx context.Context, task *Task) (Result, error) { return f(ctx, task) }
+func (f HandlerFunc) Execute(ctx context.Context, task *Task) (Result, error) { return f(ctx, task) }
 
 // Result is what a successful attempt reports.
 type Result struct {
@@ -43,4 +44,17 @@ type Result struct {
 	// to check again (runbook poll steps). Such an attempt records no effect
 	// and writes no output_ref.
 	Polling bool
+}
+
+// Middleware wraps an Executor with behaviour every handler shares (logging,
+// metrics, test-only fault injection: package workertest/faults).
+// Config.Middleware lists them outermost first; they wrap the no-op executor
+// too when Config.NoOp is set.
+type Middleware func(next Executor) Executor
+
+// noOp is the executor of Config.NoOp: success at once, no artifacts.
+type noOp struct{}
+
+func (noOp) Execute(context.Context, *Task) (Result, error) {
+	return Result{Output: map[string]any{"noop": true}, Artifacts: []*luciusv1.ArtifactRef{}}, nil
 }

@@ -14,8 +14,8 @@ import (
 // and is itself the service's Executor:
 //
 //	exec := worker.Handlers{
-//		"raster_validate": worker.ExecuteFunc(validate),
-//		"raster_cog_fa":   worker.ExecuteFunc(cogFA),
+//		"raster_validate": worker.HandlerFunc(validate),
+//		"raster_cog_fa":   worker.HandlerFunc(cogFA),
 //	}
 //	runner, err := worker.NewRunner(b, store, exec, worker.Config{Service: "raster"})
 //

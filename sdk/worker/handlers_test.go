@@ -13,7 +13,7 @@ import (
 
 // named returns an executor reporting which handler ran.
 func named(name string) worker.Executor {
-	return worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Result, error) {
+	return worker.HandlerFunc(func(context.Context, *worker.Task) (worker.Result, error) {
 		return worker.Result{Output: map[string]any{"handler": name}}, nil
 	})
 }
@@ -24,7 +24,7 @@ func TestHandlersDispatchOnStepType(t *testing.T) {
 	h := worker.Handlers{
 		"raster_validate": named("raster_validate"),
 		"raster_cog_fa":   named("raster_cog_fa"),
-		"flaky": worker.ExecuteFunc(func(context.Context, *worker.Task) (worker.Result, error) {
+		"flaky": worker.HandlerFunc(func(context.Context, *worker.Task) (worker.Result, error) {
 			return worker.Result{}, boom
 		}),
 		"unset": nil,
@@ -94,8 +94,8 @@ func ExampleHandlers() {
 		return worker.Result{Output: map[string]any{"converted": true}}, nil
 	}
 	exec := worker.Handlers{
-		"raster_validate": worker.ExecuteFunc(validate),
-		"raster_cog_fa":   worker.ExecuteFunc(convert),
+		"raster_validate": worker.HandlerFunc(validate),
+		"raster_cog_fa":   worker.HandlerFunc(convert),
 	}
 	// worker.NewRunner(b, store, exec, worker.Config{Service: "raster"}) serves both.
 

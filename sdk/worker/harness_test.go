@@ -500,7 +500,7 @@ func (c *counter) get() int {
 
 // upperExecutor is a small real executor: it writes the input upper-cased
 // (ASCII) to output.txt.
-func upperExecutor(runs *counter) worker.ExecuteFunc {
+func upperExecutor(runs *counter) worker.HandlerFunc {
 	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		in, err := t.ReadInput(ctx)

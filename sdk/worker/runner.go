@@ -107,7 +107,7 @@ func NewRunner(b bus.Bus, store Store, exec Executor, cfg Config) (*Runner, erro
 		return nil, fmt.Errorf("new runner: %w", err)
 	}
 	return &Runner{
-		bus: b, store: store, exec: exec, cfg: cfg,
+		bus: b, store: store, exec: wrap(exec, cfg), cfg: cfg,
 		https: blob.NewHTTPS(cfg.Egress), azure: azure,
 		log:       cfg.Logger,
 		tracer:    cfg.TracerProvider.Tracer("lucius/worker"),
@@ -173,11 +173,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.ready.Store(true)
 	r.log.InfoContext(ctx, "worker receiving", "platform_service", r.cfg.Service, "worker_id", r.cfg.WorkerID, "subscriptions", len(subs),
-		"topology", string(r.cfg.Topology), "concurrency", r.cfg.Concurrency, "noop", r.cfg.NoOp, "faults", r.cfg.Faults)
-	if r.cfg.Faults {
-		r.log.WarnContext(ctx, "fault injection is enabled: directive payloads can make attempts fail or stall (chaos tests only)",
-			"platform_service", r.cfg.Service)
-	}
+		"topology", string(r.cfg.Topology), "concurrency", r.cfg.Concurrency, "noop", r.cfg.NoOp, "middleware", len(r.cfg.Middleware))
 
 	<-ctx.Done()
 	r.ready.Store(false)
@@ -358,7 +354,9 @@ func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m
 		task    *Task
 		taskErr error
 	)
-	if !r.cfg.NoOp {
+	if r.cfg.NoOp {
+		task = &Task{Directive: d, log: log, shutdown: r.shutdown} // no workspace: the no-op touches no ref
+	} else {
 		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots,
 			HTTPS: r.https, Azure: r.azure, TracerProvider: r.cfg.TracerProvider, ShuttingDown: r.shutdown})
 	}
@@ -549,18 +547,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			return nil, true
 		}
 	}
-	if r.cfg.Faults {
-		err = r.injectFault(ctx, d, log)
-		if ctx.Err() != nil {
-			return nil, true
-		}
-	}
-	switch {
-	case err != nil:
-		// An injected failure: the executor does not run.
-	case r.cfg.NoOp:
-		out = Result{Output: map[string]any{"noop": true}, Artifacts: []*luciusv1.ArtifactRef{}}
-	default:
+	{
 		if taskErr != nil {
 			err = PermanentCode(CodeInvalidInput, taskErr)
 		} else {
@@ -585,7 +572,7 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 			// step, so output_ref is not this attempt's to write.
 			return nil, true
 		}
-		if err == nil && d.GetFinalStep() && !out.Polling && d.GetOutputRef() != "" {
+		if err == nil && d.GetFinalStep() && !out.Polling && d.GetOutputRef() != "" && !r.cfg.NoOp {
 			if len(out.Artifacts) == 0 {
 				log.WarnContext(ctx, "final step produced no artifact; output_ref not written")
 			} else if final, ferr := task.writeFinalOutput(ctx, d.GetOutputRef(), out.Artifacts[0]); ferr != nil {
@@ -639,21 +626,16 @@ func (r *Runner) execute(ctx context.Context, d *luciusv1.Directive, task *Task,
 	return res, false
 }
 
-// injectFault applies the fault the directive's payload asks for
-// (Config.Faults): it returns the injected failure, or sleeps and returns
-// nil. A fault it cannot apply is ignored with a warning.
-func (r *Runner) injectFault(ctx context.Context, d *luciusv1.Directive, log *slog.Logger) error {
-	f, ok, err := parseFault(d.GetPayload(), d.GetStepType())
-	if err != nil {
-		log.WarnContext(ctx, "ignoring the payload's fault", telemetry.Err(err))
-		return nil
+// wrap returns what the runner executes: the executor (the no-op when
+// cfg.NoOp is set) inside cfg.Middleware, the first outermost.
+func wrap(exec Executor, cfg Config) Executor {
+	if cfg.NoOp {
+		exec = noOp{}
 	}
-	attemptNo := int(d.GetAttemptNo())
-	if !ok || !f.applies(attemptNo) {
-		return nil
+	for i := len(cfg.Middleware) - 1; i >= 0; i-- {
+		exec = cfg.Middleware[i](exec)
 	}
-	log.WarnContext(ctx, "injecting a fault", "fault_kind", f.kind, "fault_attempts", f.attempts, "fault_sleep", f.sleep)
-	return f.inject(ctx, attemptNo)
+	return exec
 }
 
 // safeExecute turns an executor panic into a NON_RETRYABLE failure: a panic

@@ -34,6 +34,7 @@ import (
 	"github.com/lucius-platform/lucius/bus/topology"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/workertest/faults"
 )
 
 func TestRunnerAcksExecutesAndReportsResult(t *testing.T) {
@@ -187,7 +188,7 @@ func TestRunnerReportsFailureClassOfExecutorErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
-		exec       worker.ExecuteFunc
+		exec       worker.HandlerFunc
 		timeout    time.Duration
 		wantClass  luciusv1.FailureClass
 		wantReason string
@@ -398,7 +399,7 @@ func TestRunnerBoundsConcurrency(t *testing.T) {
 	e := setup(t)
 	e.cfg.Concurrency = 2
 	var running, peak atomic.Int32
-	e.start(worker.ExecuteFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -427,7 +428,7 @@ func TestRunnerShutdownInterruptsAndReleasesInFlightWork(t *testing.T) {
 	e := setup(t)
 	e.cfg.ShutdownGrace = 100 * time.Millisecond
 	started := make(chan struct{})
-	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
 		close(started)
 		<-ctx.Done()
 		return worker.Result{}, ctx.Err()
@@ -527,7 +528,7 @@ func TestRunnerContinuesTheDispatchTrace(t *testing.T) {
 	e.cfg.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	e.cfg.Propagator = propagation.TraceContext{}
 	var seen atomic.Value
-	e.start(worker.ExecuteFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, _ *worker.Task) (worker.Result, error) {
 		seen.Store(trace.SpanContextFromContext(ctx))
 		return worker.Result{}, nil
 	}))
@@ -561,19 +562,19 @@ func TestNewRunnerRejectsIncompleteSetup(t *testing.T) {
 	if _, err := worker.NewRunner(e.bus, e.store, nil, e.cfg); err == nil {
 		t.Error("NewRunner accepted a nil executor without NoOp")
 	}
-	if _, err := worker.NewRunner(nil, e.store, worker.ExecuteFunc(nil), e.cfg); err == nil {
+	if _, err := worker.NewRunner(nil, e.store, worker.HandlerFunc(nil), e.cfg); err == nil {
 		t.Error("NewRunner accepted a nil bus")
 	}
 	bad := e.cfg
 	bad.Service = ""
-	if _, err := worker.NewRunner(e.bus, e.store, worker.ExecuteFunc(nil), bad); err == nil {
+	if _, err := worker.NewRunner(e.bus, e.store, worker.HandlerFunc(nil), bad); err == nil {
 		t.Error("NewRunner accepted an invalid config")
 	}
 }
 
 // slowExecutor works for about d in steps of 250ms, reporting its progress
 // with SetProgress after each step, then writes its artifact. It honours ctx.
-func slowExecutor(runs *counter, d time.Duration) worker.ExecuteFunc {
+func slowExecutor(runs *counter, d time.Duration) worker.HandlerFunc {
 	return func(ctx context.Context, t *worker.Task) (worker.Result, error) {
 		runs.inc()
 		const step = 250 * time.Millisecond
@@ -708,7 +709,7 @@ func TestRunnerStopsWhenHeartbeatSaysLeaseLost(t *testing.T) {
 			e := setup(t)
 			e.orch.script(func(f *fakeOrchestrator) { f.heartbeatOutcome, f.heartbeatErr = tc.outcome, tc.err })
 			cause := make(chan error, 1)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+			e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				if _, err := task.WriteArtifact(ctx, "text", "output.txt", "text/plain", []byte("partial")); err != nil {
 					return worker.Result{}, err
 				}
@@ -795,7 +796,7 @@ func TestRunnerInjectsFaults(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
-		disabled   bool // Config.Faults off
+		disabled   bool // no faults.Inject middleware
 		attemptNo  int32
 		fault      map[string]any
 		wantStatus luciusv1.ResultStatus
@@ -845,7 +846,9 @@ func TestRunnerInjectsFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
-			e.cfg.Faults = !tc.disabled
+			if !tc.disabled {
+				e.cfg.Middleware = []worker.Middleware{faults.Inject}
+			}
 			var runs counter
 			e.start(upperExecutor(&runs))
 			d := e.directive(e.writeInput("in.txt", []byte("x")))
@@ -886,7 +889,7 @@ func TestRunnerInjectsFaults(t *testing.T) {
 func TestRunnerInjectedSleepHonoursShutdown(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.cfg.Faults = true
+	e.cfg.Middleware = []worker.Middleware{faults.Inject}
 	e.cfg.ShutdownGrace = 100 * time.Millisecond
 	var runs counter
 	e.start(upperExecutor(&runs))
@@ -918,7 +921,7 @@ func TestRunnerReportsPollingWithoutAnEffect(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	var runs counter
-	e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+	e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 		if runs.inc(); runs.get() == 1 {
 			return worker.Result{Polling: true, Output: map[string]any{"percent": 40}}, nil
 		}
@@ -962,7 +965,7 @@ func TestRunnerFetchesADetachedDirectiveBeforeRunningIt(t *testing.T) {
 			var mu sync.Mutex
 			var runs counter
 			upper := upperExecutor(&runs)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+			e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				mu.Lock()
 				payloads = append(payloads, task.Directive.GetPayload().GetFields()["marker"].GetStringValue())
 				mu.Unlock()
@@ -1029,7 +1032,7 @@ func TestRunnerPrefetchHoldsThatManyMessagesPerSubscription(t *testing.T) {
 			release := make(chan struct{})
 			var started, runs counter
 			upper := upperExecutor(&runs)
-			e.start(worker.ExecuteFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+			e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
 				started.inc()
 				<-release
 				return upper(ctx, task)

@@ -51,7 +51,7 @@ nodes:
 `
 
 // Fault kinds, as the worker skeleton reads them from a directive's payload
-// (sdk/worker/faults.go).
+// (sdk/worker/workertest/faults).
 const (
 	FaultPermanent = "permanent"
 	FaultRetryable = "retryable"

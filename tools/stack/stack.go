@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -112,6 +113,8 @@ type Stack struct {
 	broker *sbtest.Broker
 	// Azurite is the storage emulator the stack started (Config.Azurite).
 	Azurite *azuritetest.Server
+	// joinEnv is JoinEnv's environment.
+	joinEnv map[string]string
 	// stopRefresh ends the worker token refresh.
 	stopRefresh context.CancelFunc
 }
@@ -250,6 +253,14 @@ func (s *Stack) plan() error {
 		s.procs[name] = p
 		s.order = append(s.order, name)
 	}
+	// A worker started outside the stack (lucius worker env) joins it with
+	// the workers' environment but its own service, token and address.
+	s.joinEnv = map[string]string{"LUCIUS_GATEWAY_TARGET": gwGRPC}
+	for _, m := range []map[string]string{common, s.cfg.Env, s.blobEnv()} {
+		for k, v := range m {
+			s.joinEnv[k] = v
+		}
+	}
 	// Workers call back any orchestrator; the reconciler's retries carry the same.
 	callbackTarget := "ipv4:" + strings.Join(orchGRPC, ",")
 	add("reconciler", "reconciler", s.Endpoints.Reconciler, map[string]string{
@@ -275,11 +286,7 @@ func (s *Stack) plan() error {
 		}
 		workerEnv := map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr, "LUCIUS_AUTH_TOKEN_FILE": token,
 			"LUCIUS_GATEWAY_TARGET": gwGRPC}
-		if s.Azurite != nil {
-			workerEnv["LUCIUS_BLOB_ENDPOINTS"] = s.Azurite.Account + "=" + s.Azurite.Endpoint
-			workerEnv["LUCIUS_BLOB_CREDENTIAL"] = "shared-key"
-			workerEnv["LUCIUS_BLOB_ACCOUNT_KEYS"] = s.Azurite.Account + "=" + s.Azurite.Key
-		}
+		maps.Copy(workerEnv, s.blobEnv())
 		add(name, "worker", addr, workerEnv)
 	}
 	for _, name := range s.order {
@@ -408,6 +415,23 @@ func (s *Stack) startBroker(ctx context.Context) error {
 	s.broker = b
 	return nil
 }
+
+// blobEnv is what a worker needs to reach the stack's Azurite, if any.
+func (s *Stack) blobEnv() map[string]string {
+	if s.Azurite == nil {
+		return nil
+	}
+	return map[string]string{
+		"LUCIUS_BLOB_ENDPOINTS":    s.Azurite.Account + "=" + s.Azurite.Endpoint,
+		"LUCIUS_BLOB_CREDENTIAL":   "shared-key",
+		"LUCIUS_BLOB_ACCOUNT_KEYS": s.Azurite.Account + "=" + s.Azurite.Key,
+	}
+}
+
+// JoinEnv is the environment a worker started outside the stack needs to
+// join it (bus, database, gateway, file roots, trust), without its service,
+// token (LUCIUS_AUTH_TOKEN_FILE) or HTTP address.
+func (s *Stack) JoinEnv() map[string]string { return maps.Clone(s.joinEnv) }
 
 // busEnv is what every process needs to reach the stack's bus.
 func (s *Stack) busEnv() map[string]string {

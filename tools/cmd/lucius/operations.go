@@ -320,7 +320,7 @@ func breakerCommand(s *session) *cobra.Command {
 }
 
 func workerCommand(s *session) *cobra.Command {
-	w := &cobra.Command{Use: "worker", Short: "See the workers that announced their handlers (operators)"}
+	w := &cobra.Command{Use: "worker", Short: "Write a new worker, join it to a local suite, or list the workers that announced their handlers"}
 	var service string
 	list := &cobra.Command{
 		Use: "list", Short: "List services, their handlers and instances", Args: usageArgs(cobra.NoArgs),
@@ -350,6 +350,6 @@ func workerCommand(s *session) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&service, "service", "", "only this service")
-	w.AddCommand(list)
+	w.AddCommand(list, workerNewCommand(), workerEnvCommand())
 	return w
 }

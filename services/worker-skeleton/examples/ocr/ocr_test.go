@@ -74,3 +74,10 @@ func TestExecuteMissingInputIsPermanent(t *testing.T) {
 		t.Fatalf("Classify = %v %q", class, reason)
 	}
 }
+
+// The contract kit: OCR in the real runtime against an in-memory bus and
+// orchestrator.
+func TestOCRMeetsTheWorkerContract(t *testing.T) {
+	t.Parallel()
+	workertest.CheckContract(t, "OCR", ocr.Executor{}, []byte("hello\nworld\n"))
+}

@@ -133,3 +133,10 @@ func TestPhasedRejectsBadPayloads(t *testing.T) {
 		}
 	}
 }
+
+// The contract kit, checkpoint resume included: PHASED saves a checkpoint
+// after each phase and stops at the shutdown notice.
+func TestPhasedMeetsTheWorkerContract(t *testing.T) {
+	t.Parallel()
+	workertest.CheckContract(t, phased.Handler, phased.Executor{}, []byte("phases"))
+}

@@ -76,9 +76,9 @@ type Manifest struct {
 // NewExecutor returns the raster service's Executor: its three handlers.
 func NewExecutor() worker.Handlers {
 	return worker.Handlers{
-		HandlerValidate:  worker.ExecuteFunc(Validate),
-		HandlerCOGFA:     worker.ExecuteFunc(COGFA),
-		HandlerCOGDocker: worker.ExecuteFunc(COGDocker),
+		HandlerValidate:  worker.HandlerFunc(Validate),
+		HandlerCOGFA:     worker.HandlerFunc(COGFA),
+		HandlerCOGDocker: worker.HandlerFunc(COGDocker),
 	}
 }
 

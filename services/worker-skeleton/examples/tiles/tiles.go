@@ -85,9 +85,9 @@ type Mosaic struct {
 // NewExecutor returns the tiles service's Executor: its three handlers.
 func NewExecutor() worker.Handlers {
 	return worker.Handlers{
-		HandlerPlan:      worker.ExecuteFunc(PlanTiles),
-		HandlerProcess:   worker.ExecuteFunc(ProcessTile),
-		HandlerAggregate: worker.ExecuteFunc(Aggregate),
+		HandlerPlan:      worker.HandlerFunc(PlanTiles),
+		HandlerProcess:   worker.HandlerFunc(ProcessTile),
+		HandlerAggregate: worker.HandlerFunc(Aggregate),
 	}
 }
 

@@ -1,4 +1,4 @@
-package localstore_test
+package worker_test
 
 import (
 	"context"
@@ -15,13 +15,12 @@ import (
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
-	"github.com/lucius-platform/lucius/sdk/worker/localstore"
 	"github.com/lucius-platform/lucius/sdk/worker/storetest"
 )
 
-func open(t *testing.T, path string) *localstore.Store {
+func open(t *testing.T, path string) *worker.LocalStore {
 	t.Helper()
-	s, err := localstore.Open(path)
+	s, err := worker.OpenLocalStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 	want := &luciusv1.ResultRequest{JobId: finished.JobID, StepId: finished.StepID, AttemptNo: 1, LeaseId: finished.LeaseID,
 		Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, WorkerId: "w1", FinishTime: timestamppb.Now()}
 
-	s, err := localstore.Open(path)
+	s, err := worker.OpenLocalStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +118,11 @@ func TestOpenCreatesPrivateFile(t *testing.T) {
 func TestOpenLockedFileFails(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "worker.db")
-	first, err := localstore.Open(path)
+	first, err := worker.OpenLocalStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := localstore.Open(path)
+	second, err := worker.OpenLocalStore(path)
 	if err == nil {
 		second.Close()
 		t.Fatal("second Open of a locked file succeeded")
@@ -154,7 +153,7 @@ func TestOpenRefusesUnusablePath(t *testing.T) {
 		{"path is a directory", dir},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := localstore.Open(tc.path)
+			s, err := worker.OpenLocalStore(tc.path)
 			if err == nil {
 				s.Close()
 				t.Fatalf("Open(%q) succeeded", tc.path)

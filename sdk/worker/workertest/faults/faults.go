@@ -1,4 +1,17 @@
-package worker
+// Package faults injects failures into a worker's attempts for chaos tests:
+// a test support Middleware, never part of the runtime. Inject reads the
+// directive payload's "fault" object and, when its step_type is the
+// attempt's, fails the attempt or stalls it before the handler runs:
+//
+//	{"fault": {"step_type": "OCR", "kind": "retryable", "attempts": 2}}  fail RETRYABLE on attempts 1 and 2
+//	{"fault": {"step_type": "OCR", "kind": "permanent"}}                 fail NON_RETRYABLE
+//	{"fault": {"step_type": "OCR", "kind": "sleep", "ms": 5000}}         sleep 5s, then execute
+//
+// The example worker (services/worker-skeleton) installs it when
+// LUCIUS_WORKER_FAULTS=true, which the chaos run sets:
+//
+//	worker.Run(ctx, worker.WithMiddleware(faults.Inject))
+package faults
 
 import (
 	"context"
@@ -10,10 +23,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lucius-platform/lucius/base/loop"
+	"github.com/lucius-platform/lucius/base/telemetry"
+	"github.com/lucius-platform/lucius/sdk/worker"
+	"github.com/lucius-platform/lucius/sdk/worker/blob"
 )
 
-// CodeInjectedFault prefixes the reason of a failure injected by
-// Config.Faults, so a chaos test (and anyone reading the job) can tell it
+// CodeInjectedFault prefixes the reason of an injected failure, so a chaos test (and anyone reading the job) can tell it
 // from a real one.
 const CodeInjectedFault = "INJECTED_FAULT"
 
@@ -29,7 +44,7 @@ const (
 const maxFaultSleep = 24 * time.Hour
 
 // fault is a failure to inject into an attempt, read from the directive
-// payload's "fault" object when Config.Faults is set.
+// payload's "fault" object.
 type fault struct {
 	// kind is faultRetryable, faultPermanent or faultSleep.
 	kind string
@@ -85,7 +100,7 @@ func parseFault(payload *structpb.Struct, stepType string) (f fault, ok bool, er
 		f.sleep = time.Duration(ms) * time.Millisecond
 	default:
 		return fault{}, false, fmt.Errorf("payload.fault: unknown kind %q (want %s, %s or %s)",
-			clip(f.kind), faultRetryable, faultPermanent, faultSleep)
+			blob.Clip(f.kind), faultRetryable, faultPermanent, faultSleep)
 	}
 	return f, true, nil
 }
@@ -118,12 +133,40 @@ func (f fault) inject(ctx context.Context, attemptNo int) error {
 	}
 	switch f.kind {
 	case faultRetryable:
-		return RetryableCode(CodeInjectedFault,
+		return worker.RetryableCode(CodeInjectedFault,
 			fmt.Errorf("injected retryable failure on attempt %d (fault.attempts = %d)", attemptNo, f.attempts))
 	case faultPermanent:
-		return PermanentCode(CodeInjectedFault, fmt.Errorf("injected permanent failure on attempt %d", attemptNo))
+		return worker.PermanentCode(CodeInjectedFault, fmt.Errorf("injected permanent failure on attempt %d", attemptNo))
 	case faultSleep:
 		loop.Sleep(ctx, f.sleep)
 	}
 	return nil
+}
+
+// Inject is the Middleware that applies the fault the directive's payload
+// asks for before next runs: it returns the injected failure, or sleeps (until
+// the attempt's context ends) and runs next. A fault it cannot apply is
+// ignored with a warning.
+func Inject(next worker.Executor) worker.Executor {
+	return worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+		d := task.Directive
+		log := task.Logger()
+		f, ok, err := parseFault(d.GetPayload(), d.GetStepType())
+		if err != nil {
+			log.WarnContext(ctx, "ignoring the payload's fault", telemetry.Err(err))
+			return next.Execute(ctx, task)
+		}
+		attemptNo := int(d.GetAttemptNo())
+		if !ok || !f.applies(attemptNo) {
+			return next.Execute(ctx, task)
+		}
+		log.WarnContext(ctx, "injecting a fault", "fault_kind", f.kind, "fault_attempts", f.attempts, "fault_sleep", f.sleep)
+		if err := f.inject(ctx, attemptNo); err != nil {
+			return worker.Result{}, err
+		}
+		if err := context.Cause(ctx); err != nil {
+			return worker.Result{}, err // shut down or lease lost while sleeping
+		}
+		return next.Execute(ctx, task)
+	})
 }

@@ -1,34 +1,4 @@
-// Package localstore is a worker.Store in a local file (bbolt), for workers
-// that must not hold database credentials: a worker on Azure Service Bus
-// with no PostgreSQL access, for one.
-//
-// Use one file per worker instance, on storage that outlives the process
-// (a persistent volume), and open it from one process at a time: Open fails
-// while another Store holds the file.
-//
-// The file is the instance's memory of what it executed, and that is the
-// trade-off against worker.PGStore, which every instance of a service
-// shares. With PGStore, a directive redelivered to any instance finds the
-// attempt's record: a finished attempt re-sends its stored RESULT, a running
-// one is left alone. With this store only the instance that claimed the
-// attempt knows it. A redelivery to that instance (a duplicate message, a
-// restart after a crash) behaves as with PGStore; a redelivery to another
-// instance (the first one's message lock expired while it was executing or
-// before its message was completed) is claimed afresh there, and
-// RecordEffect's "one effect per step" holds within an instance only.
-//
-// What protects the job then is the orchestrator's fencing, not this store.
-// The ACK stops an execution before it runs when the attempt or lease is
-// superseded or the step ended otherwise (STALE_ATTEMPT, LEASE_MISMATCH,
-// AFTER_TERMINAL). An ACK of the same attempt answered DUPLICATE does not
-// stop it: the work runs a second time, and its RESULT changes nothing, as
-// the orchestrator applies one RESULT per attempt. Executors must therefore
-// tolerate running an attempt twice, even at the same time on two instances
-// writing the same attempt directory of the workspace.
-//
-// A file lost with its volume loses that memory: redeliveries of attempts
-// executed before run again, under the same fencing.
-package localstore
+package worker
 
 import (
 	"context"
@@ -44,34 +14,64 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
-// Store is a worker.Store in a bbolt file. It is safe for concurrent use:
+// LocalStore is a Store in a local file (bbolt; LUCIUS_WORKER_STORE=local), for workers
+// that must not hold database credentials: a worker on Azure Service Bus
+// with no PostgreSQL access, for one.
+//
+// Use one file per worker instance, on storage that outlives the process
+// (a persistent volume), and open it from one process at a time: OpenLocalStore fails
+// while another Store holds the file.
+//
+// The file is the instance's memory of what it executed, and that is the
+// trade-off against PGStore, which every instance of a service
+// shares. With PGStore, a directive redelivered to any instance finds the
+// attempt's record: a finished attempt re-sends its stored RESULT, a running
+// one is left alone. With this store only the instance that claimed the
+// attempt knows it. A redelivery to that instance (a duplicate message, a
+// restart after a crash) behaves as with PGStore; a redelivery to another
+// instance (the first one's message lock expired while it was executing or
+// before its message was completed) is claimed afresh there, and
+// RecordEffect's "one effect per step" holds within an instance only.
+//
+// What protects the job then is the orchestrator's fencing, not this store.
+// The ACK stops an localExecution before it runs when the attempt or lease is
+// superseded or the step ended otherwise (STALE_ATTEMPT, LEASE_MISMATCH,
+// AFTER_TERMINAL). An ACK of the same attempt answered DUPLICATE does not
+// stop it: the work runs a second time, and its RESULT changes nothing, as
+// the orchestrator applies one RESULT per attempt. Executors must therefore
+// tolerate running an attempt twice, even at the same time on two instances
+// writing the same attempt directory of the workspace.
+//
+// A file lost with its volume loses that memory: redeliveries of attempts
+// executed before run again, under the same fencing.
+//
+// It is safe for concurrent use:
 // every method is one bbolt transaction, and bbolt runs one write
 // transaction at a time.
-type Store struct {
+type LocalStore struct {
 	db *bbolt.DB
 }
 
-var _ worker.Store = (*Store)(nil)
+var _ Store = (*LocalStore)(nil)
 
-// DefaultLockTimeout is how long Open waits for another Store to release
+// DefaultLocalStoreLockTimeout is how long Open waits for another Store to release
 // the file before failing.
-const DefaultLockTimeout = time.Second
+const DefaultLocalStoreLockTimeout = time.Second
 
-// Option configures Open.
-type Option func(*options)
+// LocalStoreOption configures Open.
+type LocalStoreOption func(*localStoreOptions)
 
-type options struct {
+type localStoreOptions struct {
 	lockTimeout time.Duration
 }
 
-// WithLockTimeout sets how long Open waits for the file's lock (by default
-// DefaultLockTimeout). A d of zero or less keeps the default: bbolt would
+// LocalStoreLockTimeout sets how long Open waits for the file's lock (by default
+// DefaultLocalStoreLockTimeout). A d of zero or less keeps the default: bbolt would
 // wait forever, and a second instance on the same file must fail, not hang.
-func WithLockTimeout(d time.Duration) Option {
-	return func(o *options) {
+func LocalStoreLockTimeout(d time.Duration) LocalStoreOption {
+	return func(o *localStoreOptions) {
 		if d > 0 {
 			o.lockTimeout = d
 		}
@@ -81,11 +81,11 @@ func WithLockTimeout(d time.Duration) Option {
 // Open opens the store in the file at path, creating the file (mode 0600)
 // and its missing parent directories (mode 0700) if needed. It fails when
 // another Store, in this process or another, has the file open.
-func Open(path string, opts ...Option) (*Store, error) {
+func OpenLocalStore(path string, opts ...LocalStoreOption) (*LocalStore, error) {
 	if path == "" {
 		return nil, errors.New("localstore: open: empty path")
 	}
-	o := options{lockTimeout: DefaultLockTimeout}
+	o := localStoreOptions{lockTimeout: DefaultLocalStoreLockTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -102,24 +102,24 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localstore: open %s: %w", path, err)
 	}
-	if err := db.Update(initialize); err != nil {
+	if err := db.Update(initLocalStore); err != nil {
 		return nil, errors.Join(fmt.Errorf("localstore: open %s: %w", path, err), db.Close())
 	}
-	return &Store{db: db}, nil
+	return &LocalStore{db: db}, nil
 }
 
 // Close closes the file, waiting for running transactions.
-func (s *Store) Close() error {
+func (s *LocalStore) Close() error {
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("localstore: close %s: %w", s.db.Path(), err)
 	}
 	return nil
 }
 
-// Claim implements worker.Store in one write transaction, so two claims of
+// Claim implements Store in one write transaction, so two claims of
 // one attempt cannot both acquire it.
-func (s *Store) Claim(ctx context.Context, c worker.Claim) (worker.ClaimResult, error) {
-	var res worker.ClaimResult
+func (s *LocalStore) Claim(ctx context.Context, c Claim) (ClaimResult, error) {
+	var res ClaimResult
 	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		k := executionKey(c.Key)
 		rec, err := getExecution(tx, k)
@@ -129,42 +129,42 @@ func (s *Store) Claim(ctx context.Context, c worker.Claim) (worker.ClaimResult, 
 		now := time.Now()
 		switch {
 		case rec == nil:
-			rec = &execution{Service: c.Service, WorkerID: c.WorkerID, ClaimedUntil: c.Until, StartedAt: now}
-			res = worker.ClaimResult{State: worker.ClaimAcquired}
+			rec = &localExecution{Service: c.Service, WorkerID: c.WorkerID, ClaimedUntil: c.Until, StartedAt: now}
+			res = ClaimResult{State: ClaimAcquired}
 		case rec.finished():
 			stored := &luciusv1.ResultRequest{}
 			if err := proto.Unmarshal(rec.Result, stored); err != nil {
 				return fmt.Errorf("stored result: %w", err)
 			}
-			res = worker.ClaimResult{State: worker.ClaimDone, Result: stored}
+			res = ClaimResult{State: ClaimDone, Result: stored}
 			return nil
 		case rec.ClaimedUntil.Before(now):
 			rec.Service, rec.WorkerID, rec.ClaimedUntil = c.Service, c.WorkerID, c.Until
 			rec.Takeovers++
-			res = worker.ClaimResult{State: worker.ClaimAcquired, TookOver: true}
+			res = ClaimResult{State: ClaimAcquired, TookOver: true}
 		default:
-			res = worker.ClaimResult{State: worker.ClaimBusy}
+			res = ClaimResult{State: ClaimBusy}
 			return nil
 		}
 		return putExecution(tx, k, rec)
 	})
 	if err != nil {
-		return worker.ClaimResult{}, fmt.Errorf("localstore: claim %s: %w", c.Key, err)
+		return ClaimResult{}, fmt.Errorf("localstore: claim %s: %w", c.Key, err)
 	}
 	return res, nil
 }
 
-// Extend implements worker.Store.
-func (s *Store) Extend(ctx context.Context, key worker.Key, workerID string, until time.Time) error {
-	return s.held(ctx, "extend claim", key, workerID, func(tx *bbolt.Tx, k []byte, rec *execution) error {
+// Extend implements Store.
+func (s *LocalStore) Extend(ctx context.Context, key Key, workerID string, until time.Time) error {
+	return s.held(ctx, "extend claim", key, workerID, func(tx *bbolt.Tx, k []byte, rec *localExecution) error {
 		rec.ClaimedUntil = until
 		return putExecution(tx, k, rec)
 	})
 }
 
-// Finish implements worker.Store. The RESULT is stored as protobuf bytes
+// Finish implements Store. The RESULT is stored as protobuf bytes
 // and indexed by its finish time for Prune.
-func (s *Store) Finish(ctx context.Context, key worker.Key, workerID string, result *luciusv1.ResultRequest) error {
+func (s *LocalStore) Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest) error {
 	if result == nil {
 		return fmt.Errorf("localstore: finish %s: nil result", key)
 	}
@@ -172,7 +172,7 @@ func (s *Store) Finish(ctx context.Context, key worker.Key, workerID string, res
 	if err != nil {
 		return fmt.Errorf("localstore: finish %s: encode result: %w", key, err)
 	}
-	return s.held(ctx, "finish", key, workerID, func(tx *bbolt.Tx, k []byte, rec *execution) error {
+	return s.held(ctx, "finish", key, workerID, func(tx *bbolt.Tx, k []byte, rec *localExecution) error {
 		now := time.Now()
 		rec.FinishedAt, rec.ClaimedUntil, rec.Result = now, now, raw
 		if err := tx.Bucket(bucketFinished).Put(indexKey(now, k), []byte{}); err != nil {
@@ -182,27 +182,27 @@ func (s *Store) Finish(ctx context.Context, key worker.Key, workerID string, res
 	})
 }
 
-// Release implements worker.Store. Like PGStore, it sets the claim's expiry
+// Release implements Store. Like PGStore, it sets the claim's expiry
 // a microsecond in the past, so the next Claim finds it expired.
-func (s *Store) Release(ctx context.Context, key worker.Key, workerID string) error {
-	return s.held(ctx, "release claim", key, workerID, func(tx *bbolt.Tx, k []byte, rec *execution) error {
+func (s *LocalStore) Release(ctx context.Context, key Key, workerID string) error {
+	return s.held(ctx, "release claim", key, workerID, func(tx *bbolt.Tx, k []byte, rec *localExecution) error {
 		rec.ClaimedUntil = time.Now().Add(-time.Microsecond)
 		return putExecution(tx, k, rec)
 	})
 }
 
-// Forget implements worker.Store. An unfinished record has no index entry,
+// Forget implements Store. An unfinished record has no index entry,
 // so deleting the record is all.
-func (s *Store) Forget(ctx context.Context, key worker.Key, workerID string) error {
-	return s.held(ctx, "forget", key, workerID, func(tx *bbolt.Tx, k []byte, _ *execution) error {
+func (s *LocalStore) Forget(ctx context.Context, key Key, workerID string) error {
+	return s.held(ctx, "forget", key, workerID, func(tx *bbolt.Tx, k []byte, _ *localExecution) error {
 		return tx.Bucket(bucketExecutions).Delete(k)
 	})
 }
 
-// RecordEffect implements worker.Store: the effect is keyed by (job_id,
+// RecordEffect implements Store: the effect is keyed by (job_id,
 // step_id), and the check and the insert are one write transaction, so
 // concurrent attempts of one step cannot both insert.
-func (s *Store) RecordEffect(ctx context.Context, e worker.Effect) (bool, error) {
+func (s *LocalStore) RecordEffect(ctx context.Context, e Effect) (bool, error) {
 	var inserted bool
 	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		k := effectKey(e.JobID, e.StepID)
@@ -211,7 +211,7 @@ func (s *Store) RecordEffect(ctx context.Context, e worker.Effect) (bool, error)
 			return nil
 		}
 		now := time.Now()
-		raw, err := json.Marshal(effect{AttemptNo: e.AttemptNo, LeaseID: e.LeaseID, Service: e.Service, WorkerID: e.WorkerID, CommittedAt: now})
+		raw, err := json.Marshal(localEffect{AttemptNo: e.AttemptNo, LeaseID: e.LeaseID, Service: e.Service, WorkerID: e.WorkerID, CommittedAt: now})
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
@@ -230,10 +230,10 @@ func (s *Store) RecordEffect(ctx context.Context, e worker.Effect) (bool, error)
 	return inserted, nil
 }
 
-// Prune implements worker.Store: up to batch finished records, then step
+// Prune implements Store: up to batch finished records, then step
 // effects with what is left of batch, older than before, oldest first. A
 // batch of zero or less deletes nothing.
-func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (int64, error) {
+func (s *LocalStore) Prune(ctx context.Context, before time.Time, batch int) (int64, error) {
 	var deleted int
 	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		n, err := pruneOldest(tx, bucketFinished, bucketExecutions, before, batch)
@@ -255,7 +255,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (int64, 
 
 // update runs fn in one write transaction. bbolt takes no context, so a
 // done ctx is honoured before the transaction starts, not during it.
-func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx) error) error {
+func (s *LocalStore) update(ctx context.Context, fn func(tx *bbolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -263,10 +263,10 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx) error) error {
 }
 
 // held runs change on workerID's unfinished record of key in one write
-// transaction, or fails with worker.ErrClaimLost when there is none (never
+// transaction, or fails with ErrClaimLost when there is none (never
 // claimed, taken over by another worker, forgotten or finished).
-func (s *Store) held(ctx context.Context, what string, key worker.Key, workerID string,
-	change func(tx *bbolt.Tx, k []byte, rec *execution) error) error {
+func (s *LocalStore) held(ctx context.Context, what string, key Key, workerID string,
+	change func(tx *bbolt.Tx, k []byte, rec *localExecution) error) error {
 	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		k := executionKey(key)
 		rec, err := getExecution(tx, k)
@@ -274,7 +274,7 @@ func (s *Store) held(ctx context.Context, what string, key worker.Key, workerID 
 			return err
 		}
 		if rec == nil || rec.WorkerID != workerID || rec.finished() {
-			return worker.ErrClaimLost
+			return ErrClaimLost
 		}
 		return change(tx, k, rec)
 	})

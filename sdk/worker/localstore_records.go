@@ -1,4 +1,4 @@
-package localstore
+package worker
 
 import (
 	"encoding/binary"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
-
-	"github.com/lucius-platform/lucius/sdk/worker"
 )
 
 // The file's buckets. The two index buckets exist for Prune: their keys are
@@ -16,7 +14,7 @@ import (
 // pruning a batch reads only what it deletes.
 var (
 	bucketMeta       = []byte("meta")
-	bucketExecutions = []byte("executions")   // executionKey -> execution (JSON)
+	bucketExecutions = []byte("executions")   // executionKey -> localExecution (JSON)
 	bucketFinished   = []byte("finished")     // indexKey(finished at, executionKey) -> empty
 	bucketEffects    = []byte("effects")      // effectKey -> effect (JSON)
 	bucketCommitted  = []byte("committed")    // indexKey(committed at, effectKey) -> empty
@@ -24,9 +22,9 @@ var (
 	currentFormat    = []byte("localstore/1") // what this version writes and reads
 )
 
-// initialize creates the buckets of a new file and refuses a file written
+// initLocalStore creates the buckets of a new file and refuses a file written
 // in another format, so a later version's change of layout is not misread.
-func initialize(tx *bbolt.Tx) error {
+func initLocalStore(tx *bbolt.Tx) error {
 	for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketFinished, bucketEffects, bucketCommitted} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -42,8 +40,8 @@ func initialize(tx *bbolt.Tx) error {
 	return nil
 }
 
-// execution is one attempt's record: PGStore's worker_executions row.
-type execution struct {
+// localExecution is one attempt's record: PGStore's worker_executions row.
+type localExecution struct {
 	Service  string `json:"service"`
 	WorkerID string `json:"worker_id"`
 	// The claim expires at ClaimedUntil unless extended; an expired claim of
@@ -57,10 +55,10 @@ type execution struct {
 	Result []byte `json:"result,omitempty"`
 }
 
-func (e *execution) finished() bool { return !e.FinishedAt.IsZero() }
+func (e *localExecution) finished() bool { return !e.FinishedAt.IsZero() }
 
 // effect is one step's committed effect: PGStore's worker_effects row.
-type effect struct {
+type localEffect struct {
 	AttemptNo   int       `json:"attempt_no"`
 	LeaseID     string    `json:"lease_id"`
 	Service     string    `json:"service"`
@@ -69,19 +67,19 @@ type effect struct {
 }
 
 // getExecution returns the record at k, or nil when there is none.
-func getExecution(tx *bbolt.Tx, k []byte) (*execution, error) {
+func getExecution(tx *bbolt.Tx, k []byte) (*localExecution, error) {
 	raw := tx.Bucket(bucketExecutions).Get(k)
 	if raw == nil {
 		return nil, nil
 	}
-	rec := &execution{}
+	rec := &localExecution{}
 	if err := json.Unmarshal(raw, rec); err != nil {
 		return nil, fmt.Errorf("decode record: %w", err)
 	}
 	return rec, nil
 }
 
-func putExecution(tx *bbolt.Tx, k []byte, rec *execution) error {
+func putExecution(tx *bbolt.Tx, k []byte, rec *localExecution) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode record: %w", err)
@@ -98,7 +96,7 @@ func effectKey(jobID, stepID string) []byte {
 // attempt_no, lease_id). Every component is self-delimiting (strings carry
 // their length, the number is a varint), so distinct keys never encode
 // alike, as plain concatenation would ("ab"+"c" and "a"+"bc").
-func executionKey(k worker.Key) []byte {
+func executionKey(k Key) []byte {
 	b := effectKey(k.JobID, k.StepID)
 	b = binary.AppendVarint(b, int64(k.AttemptNo))
 	return appendString(b, k.LeaseID)
