@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,7 +35,13 @@ const (
 // OpenLocalIssuer loads the issuer in dir, creating it (an ECDSA P-256 key)
 // when dir holds none. Concurrent first calls agree on one key.
 func OpenLocalIssuer(dir string) (*LocalIssuer, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Only the issuer's own folder is private: a parent it creates (make
+	// up's data folder, when `lucius token` runs first) must stay traversable
+	// for the PostgreSQL cluster kept beside it.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("local issuer: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("local issuer: %w", err)
 	}
 	keyPath := filepath.Join(dir, SigningKeyFile)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,6 +98,7 @@ type Stack struct {
 	cluster   *pgcluster.Cluster
 	URL       string
 	Workspace string // absolute path of the workspace root
+	DataDir   string // absolute path of the data folder (JoinEnvFile, issuer, tokens)
 	// FileRoots are the folders file:// refs may name (LUCIUS_FILE_ROOTS);
 	// Files is the first, where tools put the inputs and outputs of jobs.
 	FileRoots []string
@@ -151,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{cfg: cfg, procs: map[string]*Process{}, URL: cfg.DatabaseURL, Workspace: filepath.Join(dataDir, "workspace"),
+	s := &Stack{cfg: cfg, procs: map[string]*Process{}, URL: cfg.DatabaseURL, Workspace: filepath.Join(dataDir, "workspace"), DataDir: dataDir,
 		FileRoots: cfg.FileRoots}
 	if len(s.FileRoots) == 0 {
 		s.FileRoots = []string{filepath.Join(dataDir, "files")}
@@ -186,7 +188,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
 	}
-	if err := s.plan(); err != nil {
+	if err := s.plan(); err == nil {
+		err = writeJoinEnv(filepath.Join(dataDir, JoinEnvFile), s.joinEnv)
+	}
+	if err != nil {
 		s.Stop(context.Background())
 		return nil, err
 	}
@@ -428,10 +433,21 @@ func (s *Stack) blobEnv() map[string]string {
 	}
 }
 
-// JoinEnv is the environment a worker started outside the stack needs to
-// join it (bus, database, gateway, file roots, trust), without its service,
-// token (LUCIUS_AUTH_TOKEN_FILE) or HTTP address.
-func (s *Stack) JoinEnv() map[string]string { return maps.Clone(s.joinEnv) }
+// JoinEnvFile is the file, in the data folder, holding the environment a
+// worker started outside the stack needs to join it (bus, database,
+// gateway, file roots, trust), without its service, token
+// (LUCIUS_AUTH_TOKEN_FILE) or HTTP address: `lucius worker env` reads it.
+const JoinEnvFile = "worker.env"
+
+// writeJoinEnv writes env as KEY=VALUE lines.
+func writeJoinEnv(path string, env map[string]string) error {
+	var b strings.Builder
+	b.WriteString("# Written by the running Lucius stack (make up) for `lucius worker env SERVICE`.\n")
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, env[k])
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
 
 // busEnv is what every process needs to reach the stack's bus.
 func (s *Stack) busEnv() map[string]string {

@@ -10,11 +10,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,9 +53,6 @@ func run(bin, data string, pgPort int, noop bool) error {
 		return err
 	}
 	e := s.Endpoints
-	if err := writeJoinEnv(filepath.Join(data, "worker.env"), s.JoinEnv()); err != nil {
-		return err
-	}
 	fmt.Printf(`
 Lucius is running.
 
@@ -126,15 +121,4 @@ func workers(w map[string]string) string {
 		parts = append(parts, name+" http://"+addr)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// writeJoinEnv writes what a worker started outside the suite needs to join
-// it (KEY=VALUE lines), for `lucius worker env`.
-func writeJoinEnv(path string, env map[string]string) error {
-	var b strings.Builder
-	b.WriteString("# Written by make up (lucius-up) for `lucius worker env SERVICE`.\n")
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		fmt.Fprintf(&b, "%s=%s\n", k, env[k])
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
