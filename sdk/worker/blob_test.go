@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lucius-platform/lucius/base/azuritetest"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
@@ -135,5 +138,67 @@ func TestRunnerSpillsOutputOverTheInlineLimit(t *testing.T) {
 	if err := json.Unmarshal(body, &spilled); err != nil || spilled["rows"] != big || spilled["n"] != float64(1) ||
 		sha256Hex(body) != arts[1].GetSha256() || int64(len(body)) != arts[1].GetSizeBytes() {
 		t.Errorf("spilled file %s: %.80q (%v)", p, body, err)
+	}
+}
+
+// A workspace in Azure Blob Storage: the attempt's artifacts and its
+// checkpoints are blobs under it, a retried attempt reads the checkpoint,
+// and the local scratch folder the handler used is gone afterwards.
+func TestRunnerWritesArtifactsAndCheckpointsToABlobWorkspace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	store := e.useAzurite()
+	var (
+		scratch  string
+		resumed  []byte
+		attempts counter
+	)
+	e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+		attempts.inc()
+		scratch = task.StepDir()
+		if err := os.WriteFile(scratch+"/notes.txt", []byte("local"), 0o644); err != nil {
+			return worker.Result{}, err
+		}
+		if data, ok, err := task.Checkpoint(ctx, "progress"); err != nil {
+			return worker.Result{}, err
+		} else if ok {
+			resumed = data
+		}
+		if err := task.SaveCheckpoint(ctx, "progress", []byte("half")); err != nil {
+			return worker.Result{}, err
+		}
+		if _, err := task.WriteArtifact(ctx, "text", "pages/out.txt", "text/plain", []byte("done")); err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{}, nil
+	}))
+	d := e.directive(e.writeInput("in.txt", []byte("x")))
+	d.WorkspaceRef = "az://devstoreaccount1/data/lucius/acme/" + d.GetJobId() + "/"
+	e.publish(d, msgID(d, ""), nil)
+	e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+	retry := proto.Clone(d).(*luciusv1.Directive)
+	retry.AttemptNo, retry.LeaseId = 2, uuid.NewString()
+	e.publish(retry, msgID(retry, ""), nil)
+	e.waitFor("second RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 2 })
+	e.stop()
+
+	_, results := e.orch.calls()
+	want := d.GetWorkspaceRef() + "ocr/2/pages/out.txt"
+	arts := results[1].GetArtifacts()
+	if results[1].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED || len(arts) != 1 || arts[0].GetUri() != want {
+		t.Fatalf("RESULT %v %s, artifacts %v; want the artifact at %s", results[1].GetStatus(), results[1].GetReason(), arts, want)
+	}
+	if got, err := blob.ReadAll(ctx, store, want, 100); err != nil || string(got) != "done" {
+		t.Errorf("artifact blob %q (%v)", got, err)
+	}
+	if got, err := blob.ReadAll(ctx, store, d.GetWorkspaceRef()+"checkpoints/ocr/progress", 100); err != nil || string(got) != "half" {
+		t.Errorf("checkpoint blob %q (%v)", got, err)
+	}
+	if string(resumed) != "half" || attempts.get() != 2 {
+		t.Errorf("attempt 2 read checkpoint %q after %d attempts, want attempt 1's", resumed, attempts.get())
+	}
+	if _, err := os.Stat(scratch); !os.IsNotExist(err) {
+		t.Errorf("scratch folder %s still there (%v)", scratch, err)
 	}
 }

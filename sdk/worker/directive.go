@@ -85,8 +85,8 @@ func ValidateDirective(d *luciusv1.Directive) error {
 	}
 	if d.GetWorkspaceRef() == "" {
 		errs = append(errs, errors.New("workspace_ref is empty"))
-	} else if _, err := blob.LocalPath(d.GetWorkspaceRef()); err != nil {
-		errs = append(errs, fmt.Errorf("workspace_ref: %w", err))
+	} else if _, err := StepRef(d); err != nil {
+		errs = append(errs, err)
 	}
 	// A job without a document (a runbook step) has neither input_ref nor
 	// job_input_ref; any other step reads an input.

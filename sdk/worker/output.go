@@ -73,7 +73,7 @@ func (t *Task) spillOutput(ctx context.Context, output *structpb.Struct, limit i
 	if len(encoded) <= limit {
 		return output, nil, nil
 	}
-	ref, err := t.WriteRef(ctx, SpilledOutputArtifact, blob.FileURI(filepath.Join(t.stepDir, SpilledOutputFile)), "application/json", bytes.NewReader(encoded))
+	ref, err := t.WriteRef(ctx, SpilledOutputArtifact, t.artifactRef(SpilledOutputFile), "application/json", bytes.NewReader(encoded))
 	if err != nil {
 		return nil, nil, fmt.Errorf("spill the %d-byte output: %w", len(encoded), err)
 	}

@@ -268,153 +268,217 @@ func (r *Runner) receiveLoop(ctx, work context.Context, src bus.Source, rcv bus.
 	}
 }
 
-// handle runs one message through the contract. Every path ends in exactly
-// one of: complete, dead-letter, abandon, or leave (the lock expires).
-func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper) {
-	pickedUp := time.Now()
-	d, parseErr := ParseDirective(m.Body)
+// delivery is one received message on its way through the contract.
+type delivery struct {
+	rcv      bus.Receiver
+	m        *bus.Received
+	keeper   *lockKeeper
+	pickedUp time.Time
+	d        *luciusv1.Directive
+	key      Key
+	log      *slog.Logger
+	span     trace.Span
+}
 
-	ctx = r.prop.Extract(ctx, bus.PropertiesCarrier(m.Properties))
+// handle runs one message through the contract, a step at a time. Every
+// path ends in exactly one of: complete, dead-letter, abandon, or leave (the
+// lock expires).
+func (r *Runner) handle(ctx context.Context, src bus.Source, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper) {
+	dl := &delivery{rcv: rcv, m: m, keeper: keeper, pickedUp: time.Now(), log: r.log}
+	d, parseErr := ParseDirective(m.Body)
+	ctx = r.startSpan(ctx, src, dl, d)
+	defer dl.span.End()
+	if !r.admit(ctx, dl, d, parseErr) {
+		return
+	}
+	if !r.claim(ctx, dl) {
+		return
+	}
+	if !r.acknowledge(ctx, dl) {
+		return
+	}
+	result, ok := r.run(ctx, dl)
+	if !ok {
+		return
+	}
+	r.report(ctx, dl, result)
+}
+
+// startSpan continues the dispatching transaction's trace (from the
+// message's properties, or the directive's traceparent) in a consumer span.
+func (r *Runner) startSpan(ctx context.Context, src bus.Source, dl *delivery, d *luciusv1.Directive) context.Context {
+	ctx = r.prop.Extract(ctx, bus.PropertiesCarrier(dl.m.Properties))
 	if !trace.SpanContextFromContext(ctx).IsValid() && d.GetTraceparent() != "" {
 		ctx = r.prop.Extract(ctx, propagation.MapCarrier{"traceparent": d.GetTraceparent()})
 	}
-	ctx, span := r.tracer.Start(ctx, r.cfg.Service+" process", trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, dl.span = r.tracer.Start(ctx, r.cfg.Service+" process", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "lucius-bus"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.destination.name", src.Path()),
-			attribute.String("messaging.message.id", m.ID),
-			attribute.Int("messaging.message.delivery_count", m.DeliveryCount),
+			attribute.String("messaging.message.id", dl.m.ID),
+			attribute.Int("messaging.message.delivery_count", dl.m.DeliveryCount),
 		))
-	defer span.End()
+	return ctx
+}
 
-	log := r.log
+// admit dead-letters a message that is no directive of this service, and
+// otherwise names the attempt in the span and the log.
+func (r *Runner) admit(ctx context.Context, dl *delivery, d *luciusv1.Directive, parseErr error) bool {
 	if parseErr != nil {
 		r.count(ctx, "invalid")
-		span.SetStatus(codes.Error, "invalid directive")
-		log.ErrorContext(ctx, "invalid directive; dead-lettering", telemetry.KeyMessageID, m.ID, telemetry.Err(parseErr))
-		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterInvalidDirective, parseErr.Error())
-		return
+		dl.span.SetStatus(codes.Error, "invalid directive")
+		dl.log.ErrorContext(ctx, "invalid directive; dead-lettering", telemetry.KeyMessageID, dl.m.ID, telemetry.Err(parseErr))
+		r.deadLetter(ctx, dl.rcv, dl.m, dl.keeper, dl.log, DeadLetterInvalidDirective, parseErr.Error())
+		return false
 	}
-	key := KeyOf(d)
-	span.SetAttributes(attribute.String(telemetry.KeyJobID, key.JobID), attribute.String(telemetry.KeyStepID, key.StepID),
+	dl.d, dl.key = d, KeyOf(d)
+	key := dl.key
+	dl.span.SetAttributes(attribute.String(telemetry.KeyJobID, key.JobID), attribute.String(telemetry.KeyStepID, key.StepID),
 		attribute.Int(telemetry.KeyAttemptNo, key.AttemptNo), attribute.String(telemetry.KeyLeaseID, key.LeaseID))
-	log = log.With(telemetry.JobID(key.JobID), telemetry.StepID(key.StepID), telemetry.AttemptNo(key.AttemptNo),
+	dl.log = dl.log.With(telemetry.JobID(key.JobID), telemetry.StepID(key.StepID), telemetry.AttemptNo(key.AttemptNo),
 		slog.String(telemetry.KeyLeaseID, key.LeaseID), telemetry.TenantID(d.GetTenantId()))
 	if d.GetService() != "" && d.GetService() != r.cfg.Service {
 		r.count(ctx, "invalid")
-		log.ErrorContext(ctx, "directive for another service; dead-lettering", "directive_service", d.GetService())
-		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterWrongService,
+		dl.log.ErrorContext(ctx, "directive for another service; dead-lettering", "directive_service", d.GetService())
+		r.deadLetter(ctx, dl.rcv, dl.m, dl.keeper, dl.log, DeadLetterWrongService,
 			fmt.Sprintf("directive is for service %q, this worker runs %q", d.GetService(), r.cfg.Service))
-		return
+		return false
 	}
+	return true
+}
 
-	claim, err := r.store.Claim(ctx, Claim{Key: key, Service: r.cfg.Service, WorkerID: r.cfg.WorkerID, Until: keeper.lockedUntil()})
+// claim takes the attempt in the idempotency store. An attempt already
+// executed has its stored RESULT sent again; one executing elsewhere is left
+// alone. The claim is then extended with every lock renewal.
+func (r *Runner) claim(ctx context.Context, dl *delivery) bool {
+	claim, err := r.store.Claim(ctx, Claim{Key: dl.key, Service: r.cfg.Service, WorkerID: r.cfg.WorkerID, Until: dl.keeper.lockedUntil()})
 	if err != nil {
 		r.count(ctx, "error")
-		span.SetStatus(codes.Error, "claim")
-		log.ErrorContext(ctx, "claim attempt; leaving the message for redelivery", telemetry.Err(err))
-		r.leave(keeper)
-		return
+		dl.span.SetStatus(codes.Error, "claim")
+		dl.log.ErrorContext(ctx, "claim attempt; leaving the message for redelivery", telemetry.Err(err))
+		r.leave(dl.keeper)
+		return false
 	}
 	switch claim.State {
 	case ClaimDone:
 		r.count(ctx, "duplicate")
-		log.InfoContext(ctx, "attempt already executed; re-sending its stored RESULT",
-			"status", claim.Result.GetStatus().String(), "delivery_count", m.DeliveryCount)
-		r.deliverResult(ctx, rcv, m, keeper, d, claim.Result, log)
-		return
+		dl.log.InfoContext(ctx, "attempt already executed; re-sending its stored RESULT",
+			"status", claim.Result.GetStatus().String(), "delivery_count", dl.m.DeliveryCount)
+		r.deliverResult(ctx, dl.rcv, dl.m, dl.keeper, dl.d, claim.Result, dl.log)
+		return false
 	case ClaimBusy:
 		r.count(ctx, "busy")
-		log.InfoContext(ctx, "attempt is executing elsewhere; leaving this copy until its lock expires")
-		r.leave(keeper)
-		return
+		dl.log.InfoContext(ctx, "attempt is executing elsewhere; leaving this copy until its lock expires")
+		r.leave(dl.keeper)
+		return false
 	}
 	if claim.TookOver {
-		log.WarnContext(ctx, "taking over an interrupted execution of this attempt", "delivery_count", m.DeliveryCount)
+		dl.log.WarnContext(ctx, "taking over an interrupted execution of this attempt", "delivery_count", dl.m.DeliveryCount)
 	}
-	keeper.onRenew(func(ctx context.Context, until time.Time) {
+	key, log := dl.key, dl.log
+	dl.keeper.onRenew(func(ctx context.Context, until time.Time) {
 		if err := r.store.Extend(ctx, key, r.cfg.WorkerID, until); err != nil {
 			log.WarnContext(ctx, "extend execution claim", telemetry.Err(err))
 		}
 	})
+	return true
+}
 
-	if d.GetDetached() {
-		whole, stop := r.attach(ctx, rcv, m, keeper, d, log)
+// acknowledge fetches a detached directive whole, then ACKs the attempt.
+func (r *Runner) acknowledge(ctx context.Context, dl *delivery) bool {
+	if dl.d.GetDetached() {
+		whole, stop := r.attach(ctx, dl.rcv, dl.m, dl.keeper, dl.d, dl.log)
 		if stop {
-			return
+			return false
 		}
-		d = whole
+		dl.d = whole
 	}
-	if stop := r.ack(ctx, rcv, m, keeper, d, pickedUp, log); stop {
-		return
-	}
+	stop := r.ack(ctx, dl.rcv, dl.m, dl.keeper, dl.d, dl.pickedUp, dl.log)
+	return !stop
+}
 
+// run executes the attempt under heartbeats and builds its RESULT. An
+// attempt whose lease was lost, or that the shutdown interrupted, is settled
+// here without a RESULT (ok false).
+func (r *Runner) run(ctx context.Context, dl *delivery) (result *luciusv1.ResultRequest, ok bool) {
 	var (
 		task    *Task
 		taskErr error
 	)
 	if r.cfg.NoOp {
-		task = &Task{Directive: d, log: log, shutdown: r.shutdown} // no workspace: the no-op touches no ref
+		task = &Task{Directive: dl.d, log: dl.log, shutdown: r.shutdown} // no workspace: the no-op touches no ref
 	} else {
-		task, taskErr = NewTask(d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots,
+		task, taskErr = NewTask(dl.d, TaskConfig{Logger: r.cfg.Logger, MaxInputBytes: r.cfg.MaxInputBytes, FileRoots: r.cfg.FileRoots,
 			HTTPS: r.https, Azure: r.azure, TracerProvider: r.cfg.TracerProvider, ShuttingDown: r.shutdown})
 	}
-	execCtx, beats := r.startHeartbeats(ctx, d, task, log)
+	execCtx, beats := r.startHeartbeats(ctx, dl.d, task, dl.log)
 	if task != nil {
-		task.setCheckpointReporter(r.checkpointReporter(d, beats, log))
+		task.setCheckpointReporter(r.checkpointReporter(dl.d, beats, dl.log))
 	}
-	result, interrupted := r.execute(execCtx, d, task, taskErr, log)
+	result, interrupted := r.execute(execCtx, dl.d, task, taskErr, dl.log)
+	task.cleanup()
 	lost := beats.stop()
 	if result != nil {
 		result.CallbackToken = beats.callbackToken()
 	}
-	if lost {
-		r.dropLostAttempt(ctx, rcv, m, keeper, key, log)
-		return
-	}
-	if interrupted {
-		r.count(ctx, "interrupted")
-		saved, last := task.checkpointsSaved()
-		log.WarnContext(ctx, "execution interrupted by shutdown; releasing the attempt for redelivery",
-			"checkpoints_saved", saved, "last_checkpoint", last)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		if err := r.store.Release(cctx, key, r.cfg.WorkerID); err != nil {
-			log.WarnContext(cctx, "release execution claim", telemetry.Err(err))
-		}
-		cancel()
-		r.abandon(ctx, rcv, m, keeper, log)
-		return
+	switch {
+	case lost:
+		r.dropLostAttempt(ctx, dl.rcv, dl.m, dl.keeper, dl.key, dl.log)
+		return nil, false
+	case interrupted:
+		r.release(ctx, dl, task)
+		return nil, false
 	}
 	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_FAILED {
-		span.SetStatus(codes.Error, result.GetReason())
+		dl.span.SetStatus(codes.Error, result.GetReason())
 	}
+	return result, true
+}
 
+// release hands an attempt the shutdown interrupted back to the bus at
+// once, its claim freed, so another worker resumes it (from its last
+// checkpoint, if it saved one).
+func (r *Runner) release(ctx context.Context, dl *delivery, task *Task) {
+	r.count(ctx, "interrupted")
+	saved, last := task.checkpointsSaved()
+	dl.log.WarnContext(ctx, "execution interrupted by shutdown; releasing the attempt for redelivery",
+		"checkpoints_saved", saved, "last_checkpoint", last)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	if err := r.store.Release(cctx, dl.key, r.cfg.WorkerID); err != nil {
+		dl.log.WarnContext(cctx, "release execution claim", telemetry.Err(err))
+	}
+	cancel()
+	r.abandon(ctx, dl.rcv, dl.m, dl.keeper, dl.log)
+}
+
+// report commits a successful step's effect, records the RESULT, then
+// sends it.
+func (r *Runner) report(ctx context.Context, dl *delivery, result *luciusv1.ResultRequest) {
 	// The step's effect is committed once, by the first attempt that gets
 	// here; a later attempt's record is a no-op and its RESULT is sent all
 	// the same (the orchestrator decides which RESULT counts).
 	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
-		if stop := r.recordEffect(ctx, keeper, key, log); stop {
+		if stop := r.recordEffect(ctx, dl.keeper, dl.key, dl.log); stop {
 			return
 		}
 	}
-
 	// Record before sending: once recorded, a redelivery re-sends this RESULT
 	// instead of running the work again.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
-	err = r.store.Finish(cctx, key, r.cfg.WorkerID, result)
+	err := r.store.Finish(cctx, dl.key, r.cfg.WorkerID, result)
 	cancel()
 	if err != nil {
 		r.count(ctx, "error")
 		if errors.Is(err, ErrClaimLost) {
-			log.WarnContext(ctx, "lost the execution claim to another worker; its execution reports", telemetry.Err(err))
+			dl.log.WarnContext(ctx, "lost the execution claim to another worker; its execution reports", telemetry.Err(err))
 		} else {
-			log.ErrorContext(ctx, "record RESULT; leaving the message for redelivery", telemetry.Err(err))
+			dl.log.ErrorContext(ctx, "record RESULT; leaving the message for redelivery", telemetry.Err(err))
 		}
-		r.leave(keeper)
+		r.leave(dl.keeper)
 		return
 	}
-	r.deliverResult(ctx, rcv, m, keeper, d, result, log)
+	r.deliverResult(ctx, dl.rcv, dl.m, dl.keeper, dl.d, result, dl.log)
 }
 
 // recordEffect records the step's effect in the store and reports whether

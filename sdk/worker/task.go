@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -30,7 +31,9 @@ type Task struct {
 	Directive *luciusv1.Directive
 
 	log      *slog.Logger
-	stepDir  string
+	stepDir  string // local: the step's folder in the workspace, or a scratch folder for a blob workspace
+	stepRef  string // where artifacts go, in the workspace's scheme, ending in "/"
+	scratch  bool   // stepDir is a scratch folder the runner removes after the attempt
 	maxInput int64
 	refs     *blob.Mux
 
@@ -75,16 +78,33 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	if err := ValidateDirective(d); err != nil {
 		return nil, err
 	}
-	dir, err := StepDir(d)
+	stepRef, err := StepRef(d)
 	if err != nil {
 		return nil, err
 	}
-	workspace, err := blob.LocalPath(d.GetWorkspaceRef())
-	if err != nil {
-		return nil, err
+	// The handler's local folder: the step's own in a local workspace; for a
+	// blob workspace, a private scratch folder (its artifacts go to the
+	// workspace through WriteArtifact).
+	var dir, workspace string
+	scratch := blobWorkspace(d)
+	if scratch {
+		if dir, err = os.MkdirTemp("", "lucius-step-"); err != nil {
+			return nil, fmt.Errorf("scratch folder: %w", err)
+		}
+		workspace = dir
+	} else {
+		if dir, err = StepDir(d); err != nil {
+			return nil, err
+		}
+		if workspace, err = blob.LocalPath(d.GetWorkspaceRef()); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range cfg.FileRoots {
 		if !filepath.IsAbs(r) {
+			if scratch {
+				os.RemoveAll(dir) //nolint:errcheck // best effort
+			}
 			return nil, fmt.Errorf("file root %q is not an absolute path", clip(r))
 		}
 	}
@@ -102,7 +122,7 @@ func NewTask(d *luciusv1.Directive, cfg TaskConfig) (*Task, error) {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return &Task{Directive: d, log: log, stepDir: dir, maxInput: limit, tracer: tp.Tracer("lucius/worker"), shutdown: cfg.ShuttingDown,
+	return &Task{Directive: d, log: log, stepDir: dir, stepRef: stepRef, scratch: scratch, maxInput: limit, tracer: tp.Tracer("lucius/worker"), shutdown: cfg.ShuttingDown,
 		refs: blob.NewMux(blob.NewFiles(workspace, cfg.FileRoots), cfg.HTTPS, cfg.Azure, tp)}, nil
 }
 
@@ -113,9 +133,32 @@ func (t *Task) Key() Key { return KeyOf(t.Directive) }
 // ...Context methods so records carry the trace id too.
 func (t *Task) Logger() *slog.Logger { return t.log }
 
-// StepDir is the local directory this attempt writes to:
-// <workspace_ref><lowercase step_type>/<attempt_no>/.
+// StepDir is the local directory of this attempt: in a local workspace,
+// <workspace_ref><lowercase step_type>/<attempt_no>/; in a blob workspace, a
+// private scratch folder removed after the attempt (write artifacts with
+// WriteArtifact, which puts them in the workspace whatever its scheme).
 func (t *Task) StepDir() string { return t.stepDir }
+
+// StepRef is where this attempt's artifacts go, in the workspace's scheme,
+// ending in "/".
+func (t *Task) StepRef() string { return t.stepRef }
+
+// artifactRef is the ref of file (a relative path) in the attempt's folder.
+func (t *Task) artifactRef(file string) string {
+	if t.scratch {
+		return t.stepRef + filepath.ToSlash(file)
+	}
+	return blob.FileURI(filepath.Join(t.stepDir, file))
+}
+
+// cleanup removes the scratch folder of a blob workspace's attempt.
+func (t *Task) cleanup() {
+	if t != nil && t.scratch {
+		if err := os.RemoveAll(t.stepDir); err != nil {
+			t.log.Warn("remove the attempt's scratch folder", telemetry.Err(err))
+		}
+	}
+}
 
 // ReadInput reads the step's input (input_ref: the previous step's primary
 // artifact, or the job's input). A missing file, a directory, an unsupported
@@ -203,9 +246,9 @@ func (t *Task) refFailed(ctx context.Context, msg, ref string, err error) error 
 	return err
 }
 
-// WriteArtifact writes data as the file StepDir()/file (file must be a local,
+// WriteArtifact writes data as the file StepRef()/file (file must be a local,
 // relative path such as "output.txt" or "pages/1.txt") and returns its
-// ArtifactRef: name (1-128 bytes, e.g. "text"), a file:// URI, media type
+// ArtifactRef: name (1-128 bytes, e.g. "text"), its URI (file:// or az://), media type
 // (default application/octet-stream), size and SHA-256. Writes are atomic, so
 // a retried attempt replaces its earlier output whole. Artifacts are reported
 // in the RESULT in the order they were written unless the Result lists them;
@@ -229,7 +272,7 @@ func (t *Task) WriteArtifactFrom(ctx context.Context, name, file, mediaType stri
 	if mediaType == "" {
 		mediaType = "application/octet-stream"
 	}
-	ref, err := t.WriteRef(ctx, name, blob.FileURI(filepath.Join(t.stepDir, file)), mediaType, r)
+	ref, err := t.WriteRef(ctx, name, t.artifactRef(file), mediaType, r)
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s: %w", name, err)
 	}

@@ -15,13 +15,39 @@ import (
 // under <workspace_ref><lowercase T>/<n>/, so attempts never overwrite each
 // other and every artifact names the attempt that made it.
 
-// StepDir returns the local directory a step's attempt writes to:
-// <workspace_ref><lowercase step_type>/<attempt_no>/. The workspace is a
-// file:// ref (or an absolute path); blob.LocalPath says which.
+// A workspace is a local folder (a file:// ref or an absolute path) or a
+// prefix in Azure Blob Storage (az://account/container/path/).
+
+// StepDir returns the local directory a step's attempt writes to when the
+// workspace is local: <workspace_ref><lowercase step_type>/<attempt_no>/.
 func StepDir(d *luciusv1.Directive) (string, error) {
 	root, err := blob.LocalPath(d.GetWorkspaceRef())
 	if err != nil {
 		return "", fmt.Errorf("workspace_ref: %w", err)
 	}
-	return filepath.Join(root, strings.ToLower(d.GetStepType()), strconv.Itoa(int(d.GetAttemptNo()))), nil
+	return filepath.Join(root, stepPath(d)), nil
+}
+
+// StepRef returns where a step's attempt writes, in the workspace's own
+// scheme, ending in "/": <workspace_ref><lowercase step_type>/<attempt_no>/.
+func StepRef(d *luciusv1.Directive) (string, error) {
+	if blobWorkspace(d) {
+		if _, err := blob.ParseAzureRef(d.GetWorkspaceRef()); err != nil {
+			return "", fmt.Errorf("workspace_ref: %w", err)
+		}
+		return strings.TrimSuffix(d.GetWorkspaceRef(), "/") + "/" + filepath.ToSlash(stepPath(d)) + "/", nil
+	}
+	dir, err := StepDir(d)
+	if err != nil {
+		return "", err
+	}
+	return blob.FileURI(dir) + "/", nil
+}
+
+// blobWorkspace reports whether the directive's workspace is in Azure Blob
+// Storage rather than a local folder.
+func blobWorkspace(d *luciusv1.Directive) bool { return blob.Scheme(d.GetWorkspaceRef()) == "az" }
+
+func stepPath(d *luciusv1.Directive) string {
+	return filepath.Join(strings.ToLower(d.GetStepType()), strconv.Itoa(int(d.GetAttemptNo())))
 }
