@@ -39,8 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -119,26 +117,6 @@ func (b *Bus) closed() bool {
 	}
 }
 
-// Azure Service Bus naming rules, as pgbus checks them.
-var (
-	entityName       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,259}$`)
-	subscriptionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$`)
-)
-
-func checkEntityName(name string) error {
-	if !entityName.MatchString(name) || strings.HasSuffix(name, "/") || strings.Contains(name, "/subscriptions/") {
-		return fmt.Errorf("invalid entity name %q: use 1-260 letters, digits, '.', '-', '_' or '/'", name)
-	}
-	return nil
-}
-
-func checkSubscriptionName(name string) error {
-	if !subscriptionName.MatchString(name) {
-		return fmt.Errorf("invalid subscription name %q: use 1-50 letters, digits, '.', '-' or '_'", name)
-	}
-	return nil
-}
-
 // checkOptions refuses negative durations and delivery counts, as pgbus does.
 func checkOptions(maxDeliveries int, durations map[string]time.Duration) error {
 	var errs []error
@@ -163,7 +141,7 @@ func orDefault[T comparable](v, def T) T {
 
 // EnsureQueue creates the queue or updates its options.
 func (b *Bus) EnsureQueue(_ context.Context, name string, opts bus.QueueOptions) error {
-	err := errors.Join(checkEntityName(name), checkOptions(opts.MaxDeliveryCount, map[string]time.Duration{
+	err := errors.Join(bus.CheckEntityName(name), checkOptions(opts.MaxDeliveryCount, map[string]time.Duration{
 		"lock duration": opts.LockDuration, "default TTL": opts.DefaultTTL,
 		"duplicate detection window": opts.DuplicateDetectionWindow,
 	}))
@@ -193,7 +171,7 @@ func (b *Bus) EnsureQueue(_ context.Context, name string, opts bus.QueueOptions)
 
 // EnsureTopic creates the topic or updates its options.
 func (b *Bus) EnsureTopic(_ context.Context, name string, opts bus.TopicOptions) error {
-	err := errors.Join(checkEntityName(name), checkOptions(0, map[string]time.Duration{
+	err := errors.Join(bus.CheckEntityName(name), checkOptions(0, map[string]time.Duration{
 		"default TTL": opts.DefaultTTL, "duplicate detection window": opts.DuplicateDetectionWindow,
 	}))
 	if err != nil {
@@ -222,7 +200,7 @@ func (b *Bus) EnsureTopic(_ context.Context, name string, opts bus.TopicOptions)
 // bus.ErrNotFound).
 func (b *Bus) EnsureSubscription(_ context.Context, topicName, name string, opts bus.SubscriptionOptions) error {
 	path := bus.SubscriptionSource(topicName, name).Path()
-	err := errors.Join(checkEntityName(topicName), checkSubscriptionName(name),
+	err := errors.Join(bus.CheckEntityName(topicName), bus.CheckSubscriptionName(name),
 		checkOptions(opts.MaxDeliveryCount, map[string]time.Duration{
 			"lock duration": opts.LockDuration, "default TTL": opts.DefaultTTL,
 		}))

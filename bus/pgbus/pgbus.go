@@ -36,8 +36,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,27 +231,6 @@ func (b *Bus) closed() bool {
 	}
 }
 
-// Azure Service Bus naming rules, plus: a queue or topic name may not contain
-// a "/subscriptions/" segment, which would make its path ambiguous.
-var (
-	entityName       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,259}$`)
-	subscriptionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,49}$`)
-)
-
-func validateEntityName(name string) error {
-	if !entityName.MatchString(name) || strings.HasSuffix(name, "/") || strings.Contains(name, "/subscriptions/") {
-		return fmt.Errorf("invalid entity name %q: use 1-260 letters, digits, '.', '-', '_' or '/'", name)
-	}
-	return nil
-}
-
-func validateSubscriptionName(name string) error {
-	if !subscriptionName.MatchString(name) {
-		return fmt.Errorf("invalid subscription name %q: use 1-50 letters, digits, '.', '-' or '_'", name)
-	}
-	return nil
-}
-
 func orDefault(d, def time.Duration) time.Duration {
 	if d == 0 {
 		return def
@@ -273,7 +250,7 @@ func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOption
 	if b.closed() {
 		return fmt.Errorf("ensure queue %s: %w", name, bus.ErrClosed)
 	}
-	err := errors.Join(validateEntityName(name),
+	err := errors.Join(bus.CheckEntityName(name),
 		checkNonNegative("lock duration", opts.LockDuration),
 		checkNonNegative("default TTL", opts.DefaultTTL),
 		checkNonNegative("duplicate detection window", opts.DuplicateDetectionWindow))
@@ -308,7 +285,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOption
 	if b.closed() {
 		return fmt.Errorf("ensure topic %s: %w", name, bus.ErrClosed)
 	}
-	err := errors.Join(validateEntityName(name),
+	err := errors.Join(bus.CheckEntityName(name),
 		checkNonNegative("default TTL", opts.DefaultTTL),
 		checkNonNegative("duplicate detection window", opts.DuplicateDetectionWindow))
 	if err != nil {
@@ -335,7 +312,7 @@ func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts b
 	if b.closed() {
 		return fmt.Errorf("ensure subscription %s: %w", path, bus.ErrClosed)
 	}
-	err := errors.Join(validateEntityName(topic), validateSubscriptionName(name),
+	err := errors.Join(bus.CheckEntityName(topic), bus.CheckSubscriptionName(name),
 		checkNonNegative("lock duration", opts.LockDuration),
 		checkNonNegative("default TTL", opts.DefaultTTL))
 	if opts.MaxDeliveryCount < 0 {
