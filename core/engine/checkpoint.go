@@ -40,9 +40,21 @@ func (e *Engine) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheck
 		if t := req.GetSaveTime(); t != nil {
 			data["save_time"] = t.AsTime().UTC().Format(time.RFC3339Nano)
 		}
+		// A worker retries a call whose answer it lost: the same save (name,
+		// content, time) is one event.
+		seen, err := tx.HasAttemptEvent(ctx, ledger.AttemptKey{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo},
+			ledger.EventCheckpointSaved, map[string]any{"checkpoint_name": data["checkpoint_name"], "sha256": data["sha256"],
+				"save_time": data["save_time"]})
+		if err != nil {
+			return err
+		}
+		out.Outcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED
+		if seen {
+			out.Outcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE
+			return nil
+		}
 		tx.Append(ledger.Event{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo, Type: ledger.EventCheckpointSaved,
 			Data: data})
-		out.Outcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED
 		return nil
 	})
 	return out, err

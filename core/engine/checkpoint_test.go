@@ -3,8 +3,10 @@ package engine_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -86,5 +88,38 @@ func TestRecordCheckpointAppendsAnEventForTheCurrentAttemptOnly(t *testing.T) {
 	}
 	if n := len(checkpointEvents(f.events(q.JobId))); n != 1 {
 		t.Fatalf("%d CHECKPOINT_SAVED events, want 1", n)
+	}
+}
+
+// A worker that lost RecordCheckpoint's answer calls again with the same
+// save: it is one event, the retry answered DUPLICATE; a new save of the
+// same name is a new event.
+func TestRecordCheckpointRetriedIsRecordedOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q := f.accept("OCR_EMBEDDING")
+	f.create(q)
+	s := f.current(q.JobId)
+	f.ack(s)
+	save := &luciusv1.RecordCheckpointRequest{JobId: q.JobId, StepId: s.StepID, AttemptNo: int32(s.AttemptNo), LeaseId: s.LeaseID,
+		CheckpointName: "progress", Uri: "file:///ws/checkpoints/ocr/progress", SizeBytes: 4, Sha256: strings.Repeat("cd", 32),
+		SaveTime: timestamppb.Now(), WorkerId: "w1"}
+	later := proto.Clone(save).(*luciusv1.RecordCheckpointRequest)
+	later.SaveTime = timestamppb.New(save.GetSaveTime().AsTime().Add(time.Second))
+	for i, tc := range []struct {
+		req  *luciusv1.RecordCheckpointRequest
+		want luciusv1.CallbackOutcome
+	}{
+		{save, applied},
+		{save, luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE},
+		{later, applied},
+	} {
+		r, err := f.eng.RecordCheckpoint(f.ctx, tc.req)
+		if err != nil || r.Outcome != tc.want {
+			t.Fatalf("call %d: %v (%v), want %v", i+1, r.Outcome, err, tc.want)
+		}
+	}
+	if n := len(checkpointEvents(f.events(q.JobId))); n != 2 {
+		t.Fatalf("%d CHECKPOINT_SAVED events, want 2 (the retry is not one)", n)
 	}
 }

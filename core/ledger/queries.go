@@ -372,6 +372,11 @@ const (
 
 	sqlCountEvents = `SELECT count(*) FROM job_events WHERE job_id = $1 AND type = $2`
 
+	// sqlHasAttemptEvent finds an attempt's event of a type whose data holds
+	// the given fields (the job's events, through job_events_job).
+	sqlHasAttemptEvent = `SELECT EXISTS (SELECT FROM job_events
+		WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND type = $4 AND data @> $5)`
+
 	// sqlHeartbeatOwned refreshes the jobs an owner holds at the epochs it holds;
 	// a job reclaimed since (a higher epoch) is not touched: the write is fenced.
 	sqlHeartbeatOwned = `UPDATE jobs j SET owner_heartbeat_at = now()

@@ -98,6 +98,15 @@ func (t *Tx) CountEvents(ctx context.Context, jobID, eventType string) (int, err
 	return n, err
 }
 
+// HasAttemptEvent reports whether an attempt already has an event of
+// eventType whose data holds every field of match (a retried callback's
+// event is recorded once).
+func (t *Tx) HasAttemptEvent(ctx context.Context, k AttemptKey, eventType string, match map[string]any) (bool, error) {
+	var found bool
+	err := t.tx.QueryRow(ctx, sqlHasAttemptEvent, k.JobID, k.StepID, k.AttemptNo, eventType, match).Scan(&found)
+	return found, err
+}
+
 // HasPendingDirective reports whether an attempt's directive still waits in the outbox.
 func (t *Tx) HasPendingDirective(ctx context.Context, k AttemptKey) (bool, error) {
 	var pending bool

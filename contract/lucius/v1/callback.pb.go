@@ -774,8 +774,10 @@ func (x *RecordCheckpointRequest) GetCorrelationId() string {
 // RecordCheckpointResponse says whether the event was recorded.
 type RecordCheckpointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// APPLIED when the event was recorded; a stale outcome (STALE_ATTEMPT,
-	// LEASE_MISMATCH, AFTER_TERMINAL) when the attempt no longer owns the step.
+	// APPLIED when the event was recorded; DUPLICATE when the attempt already
+	// has this save's event (a retried call: same name, SHA-256 and save time);
+	// a stale outcome (STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL) when the
+	// attempt no longer owns the step.
 	Outcome       CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
 	StepStatus    StepStatus      `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
