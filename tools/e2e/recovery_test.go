@@ -271,7 +271,7 @@ func TestBusDeadLettersAreListedAndStrandedRequestsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var letter map[string]any
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for letter == nil {
 		code, list := s.rest("GET", "/v1/deadletters?kind=DEAD_LETTER_KIND_BUS", nil)
 		if letters, _ := list["dead_letters"].([]any); code == http.StatusOK && len(letters) > 0 {
