@@ -63,6 +63,16 @@ type Config struct {
 	TaskTimeout time.Duration
 	// CallTimeout bounds one ACK, RESULT or Heartbeat call. Default 10s.
 	CallTimeout time.Duration
+	// AckLinger, when set, holds the ACK back that long while the attempt
+	// executes: an attempt done within it sends its RESULT alone (a RESULT
+	// implies the ACK), saving a callback and an orchestrator commit per
+	// step; a longer one sends the ACK then, and an answer that stops the
+	// attempt (another attempt owns the step, the job ended) cancels its
+	// execution. The attempt then runs before its ACK confirmed it owns the
+	// step, so a handler must tolerate running for an attempt that turns out
+	// stale (as a lease lost mid-execution already asks). 0 (the default)
+	// ACKs before executing. At most MaxAckLinger.
+	AckLinger time.Duration
 	// AckRetryTimeout is how long an unanswered ACK is retried before the
 	// attempt executes anyway (a RESULT implies the ACK, and the RESULT's
 	// answer still gates it). Default 30s.
@@ -120,7 +130,10 @@ const (
 	DefaultTaskTimeout       = 10 * time.Minute
 	DefaultCallTimeout       = 10 * time.Second
 	DefaultAckRetryTimeout   = 30 * time.Second
-	DefaultShutdownGrace     = 30 * time.Second
+	// MaxAckLinger bounds Config.AckLinger: well under the ACK timeout and
+	// the first heartbeat.
+	MaxAckLinger         = 500 * time.Millisecond
+	DefaultShutdownGrace = 30 * time.Second
 )
 
 // Validate reports every invalid setting.
@@ -153,11 +166,14 @@ func (c Config) Validate() error {
 		{"execution delay", c.ExecutionDelay},
 		{"lock duration", c.LockDuration}, {"lock renew interval", c.LockRenewInterval},
 		{"task timeout", c.TaskTimeout}, {"call timeout", c.CallTimeout},
-		{"ack retry timeout", c.AckRetryTimeout}, {"shutdown grace", c.ShutdownGrace},
+		{"ack retry timeout", c.AckRetryTimeout}, {"shutdown grace", c.ShutdownGrace}, {"ack linger", c.AckLinger},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", d.name, d.v))
 		}
+	}
+	if c.AckLinger > MaxAckLinger {
+		errs = append(errs, fmt.Errorf("ack linger %v: want at most %v", c.AckLinger, MaxAckLinger))
 	}
 	if c.LockDuration > 0 && c.LockDuration < time.Second {
 		errs = append(errs, fmt.Errorf("lock duration %v is under a second", c.LockDuration))

@@ -278,6 +278,8 @@ type delivery struct {
 	key      Key
 	log      *slog.Logger
 	span     trace.Span
+	// ackClient is set when the ACK lingers (Config.AckLinger).
+	ackClient luciusv1.CallbackServiceClient
 }
 
 // handle runs one message through the contract, a step at a time. Every
@@ -385,7 +387,10 @@ func (r *Runner) claim(ctx context.Context, dl *delivery) bool {
 	return true
 }
 
-// acknowledge fetches a detached directive whole, then ACKs the attempt.
+// acknowledge fetches a detached directive whole, then ACKs the attempt —
+// or, with Config.AckLinger, leaves the ACK to run (lingering) beside the
+// execution: an attempt done within the linger sends its RESULT alone, which
+// implies the ACK (one callback and one orchestrator commit less per step).
 func (r *Runner) acknowledge(ctx context.Context, dl *delivery) bool {
 	if dl.d.GetDetached() {
 		whole, stop := r.attach(ctx, dl.rcv, dl.m, dl.keeper, dl.d, dl.log)
@@ -394,8 +399,43 @@ func (r *Runner) acknowledge(ctx context.Context, dl *delivery) bool {
 		}
 		dl.d = whole
 	}
-	stop := r.ack(ctx, dl.rcv, dl.m, dl.keeper, dl.d, dl.pickedUp, dl.log)
-	return !stop
+	client, ok := r.callbackClient(ctx, dl.rcv, dl.m, dl.keeper, dl.d, dl.log)
+	if !ok {
+		return false
+	}
+	if r.cfg.AckLinger > 0 {
+		dl.ackClient = client
+		return true
+	}
+	v, outcome, err := r.sendAck(ctx, dl, client)
+	return !r.settleAck(ctx, dl, v, outcome, err)
+}
+
+// lingerAck sends the ACK if the execution is still running after
+// Config.AckLinger. Its answer stopping the attempt cancels the execution
+// (as a lost lease does) and is kept for wait. wait reports the verdict:
+// ackProceed when the ACK was not needed.
+func (r *Runner) lingerAck(ctx context.Context, dl *delivery, beats *heartbeats) (wait func() (ackVerdict, luciusv1.CallbackOutcome, error)) {
+	var (
+		v       ackVerdict
+		outcome luciusv1.CallbackOutcome
+		err     error
+		done    = make(chan struct{})
+	)
+	timer := time.AfterFunc(r.cfg.AckLinger, func() {
+		defer close(done)
+		if v, outcome, err = r.sendAck(ctx, dl, dl.ackClient); v != ackProceed && v != ackInterrupted {
+			beats.loseLease()
+		}
+	})
+	return func() (ackVerdict, luciusv1.CallbackOutcome, error) {
+		if timer.Stop() {
+			dl.log.DebugContext(ctx, "done within the ACK linger: the RESULT implies the ACK")
+			return ackProceed, 0, nil
+		}
+		<-done
+		return v, outcome, err
+	}
 }
 
 // run executes the attempt under heartbeats and builds its RESULT. An
@@ -416,13 +456,22 @@ func (r *Runner) run(ctx context.Context, dl *delivery) (result *luciusv1.Result
 	if task != nil {
 		task.setCheckpointReporter(r.checkpointReporter(dl.d, beats, dl.log))
 	}
+	ackWait := func() (ackVerdict, luciusv1.CallbackOutcome, error) { return ackProceed, 0, nil }
+	if dl.ackClient != nil {
+		ackWait = r.lingerAck(ctx, dl, beats)
+	}
 	result, interrupted := r.execute(execCtx, dl.d, task, taskErr, dl.log)
 	task.cleanup()
+	v, outcome, ackErr := ackWait()
 	lost := beats.stop()
 	if result != nil {
 		result.CallbackToken = beats.callbackToken()
 	}
 	switch {
+	case v != ackProceed && v != ackInterrupted:
+		// The lingering ACK stopped the attempt: settled as its answer says.
+		r.settleAck(ctx, dl, v, outcome, ackErr)
+		return nil, false
 	case lost:
 		r.dropLostAttempt(ctx, dl.rcv, dl.m, dl.keeper, dl.key, dl.log)
 		return nil, false
@@ -541,22 +590,28 @@ func (r *Runner) callbackClient(ctx context.Context, rcv bus.Receiver, m *bus.Re
 	return client, true
 }
 
-// ack sends ACK and reports whether the message was settled and the attempt
-// must not run.
-func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, keeper *lockKeeper,
-	d *luciusv1.Directive, pickedUp time.Time, log *slog.Logger) bool {
-	key := KeyOf(d)
-	forget := func() { r.forget(ctx, key, log) }
-	client, ok := r.callbackClient(ctx, rcv, m, keeper, d, log)
-	if !ok {
-		return true
-	}
+// ackVerdict is what an ACK's answer means for the attempt.
+type ackVerdict int
+
+const (
+	ackProceed     ackVerdict = iota // applied, or unanswered after retries (a RESULT implies the ACK)
+	ackInterrupted                   // the worker is shutting down
+	ackNotFound                      // the orchestrator does not know the step
+	ackRejected                      // refused as invalid
+	ackStale                         // another attempt owns the step, or the job ended
+)
+
+// sendAck sends the attempt's ACK, retrying, and says what the answer means.
+// It settles nothing, so it may run beside the execution (Config.AckLinger).
+func (r *Runner) sendAck(ctx context.Context, dl *delivery, client luciusv1.CallbackServiceClient) (ackVerdict, luciusv1.CallbackOutcome, error) {
+	key := dl.key
 	req := &luciusv1.AckRequest{JobId: key.JobID, StepId: key.StepID, AttemptNo: int32(key.AttemptNo), LeaseId: key.LeaseID,
-		AckTime: timestamppb.New(pickedUp), WorkerId: r.cfg.WorkerID, CallbackToken: d.GetCallbackToken(), CorrelationId: d.GetCorrelationId()}
+		AckTime: timestamppb.New(dl.pickedUp), WorkerId: r.cfg.WorkerID, CallbackToken: dl.d.GetCallbackToken(),
+		CorrelationId: dl.d.GetCorrelationId()}
 	var outcome luciusv1.CallbackOutcome
 	verdict, err := callRetrying(ctx, r.cfg.Backoff, r.cfg.CallTimeout, time.Now().Add(r.cfg.AckRetryTimeout),
 		func(n int, err error, wait time.Duration) {
-			log.WarnContext(ctx, "ACK failed; retrying", "retry", n, "retry_in", wait, telemetry.Err(err))
+			dl.log.WarnContext(ctx, "ACK failed; retrying", "retry", n, "retry_in", wait, telemetry.Err(err))
 		},
 		func(ctx context.Context) error {
 			resp, err := client.Ack(ctx, req)
@@ -565,34 +620,48 @@ func (r *Runner) ack(ctx context.Context, rcv bus.Receiver, m *bus.Received, kee
 		})
 	switch {
 	case ctx.Err() != nil:
-		r.count(ctx, "interrupted")
-		forget()
-		r.abandon(ctx, rcv, m, keeper, log)
-		return true
+		return ackInterrupted, outcome, err
 	case errors.Is(err, errGaveUp):
-		log.WarnContext(ctx, "ACK unanswered; executing anyway (a RESULT implies the ACK)", telemetry.Err(err))
-		return false
+		dl.log.WarnContext(ctx, "ACK unanswered; executing anyway (a RESULT implies the ACK)", telemetry.Err(err))
+		return ackProceed, outcome, err
 	case verdict == verdictNotFound:
-		r.count(ctx, "stale")
-		log.WarnContext(ctx, "orchestrator does not know this step; completing without executing", telemetry.Err(err))
-		forget()
-		r.complete(ctx, rcv, m, keeper, log)
-		return true
+		return ackNotFound, outcome, err
 	case verdict == verdictRejected:
-		r.count(ctx, "rejected")
-		log.ErrorContext(ctx, "ACK rejected; dead-lettering", telemetry.Err(err))
-		forget()
-		r.deadLetter(ctx, rcv, m, keeper, log, DeadLetterCallbackRejected, "ACK rejected: "+err.Error())
-		return true
+		return ackRejected, outcome, err
 	case stopOutcome(outcome):
-		r.count(ctx, "stale")
-		log.InfoContext(ctx, "ACK says another attempt owns the step; completing without executing", telemetry.KeyOutcome, outcome.String())
-		forget()
-		r.complete(ctx, rcv, m, keeper, log)
-		return true
+		return ackStale, outcome, err
 	}
-	log.DebugContext(ctx, "acknowledged", telemetry.KeyOutcome, outcome.String())
-	return false
+	dl.log.DebugContext(ctx, "acknowledged", telemetry.KeyOutcome, outcome.String())
+	return ackProceed, outcome, nil
+}
+
+// settleAck settles the message of an attempt its ACK stopped, before or
+// instead of its execution, and reports whether it did (false: proceed).
+func (r *Runner) settleAck(ctx context.Context, dl *delivery, v ackVerdict, outcome luciusv1.CallbackOutcome, err error) bool {
+	switch v {
+	case ackInterrupted:
+		r.count(ctx, "interrupted")
+		r.forget(ctx, dl.key, dl.log)
+		r.abandon(ctx, dl.rcv, dl.m, dl.keeper, dl.log)
+	case ackNotFound:
+		r.count(ctx, "stale")
+		dl.log.WarnContext(ctx, "orchestrator does not know this step; completing without executing", telemetry.Err(err))
+		r.forget(ctx, dl.key, dl.log)
+		r.complete(ctx, dl.rcv, dl.m, dl.keeper, dl.log)
+	case ackRejected:
+		r.count(ctx, "rejected")
+		dl.log.ErrorContext(ctx, "ACK rejected; dead-lettering", telemetry.Err(err))
+		r.forget(ctx, dl.key, dl.log)
+		r.deadLetter(ctx, dl.rcv, dl.m, dl.keeper, dl.log, DeadLetterCallbackRejected, "ACK rejected: "+err.Error())
+	case ackStale:
+		r.count(ctx, "stale")
+		dl.log.InfoContext(ctx, "ACK says another attempt owns the step; completing without executing", telemetry.KeyOutcome, outcome.String())
+		r.forget(ctx, dl.key, dl.log)
+		r.complete(ctx, dl.rcv, dl.m, dl.keeper, dl.log)
+	default:
+		return false
+	}
+	return true
 }
 
 // execute runs the executor on task (or the no-op, where task is nil; taskErr

@@ -1062,3 +1062,74 @@ func TestRunnerPrefetchHoldsThatManyMessagesPerSubscription(t *testing.T) {
 		})
 	}
 }
+
+// With an ACK linger, quick work sends its RESULT alone (the RESULT implies
+// the ACK); longer work sends the ACK after the linger, while it runs, then
+// its RESULT; and a lingering ACK answered "another attempt owns the step"
+// stops the running execution: no RESULT, the message completed, nothing
+// recorded as executed.
+func TestRunnerAckLinger(t *testing.T) {
+	t.Parallel()
+	stale := luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT
+	for _, tc := range []struct {
+		name       string
+		work       time.Duration
+		ackOutcome luciusv1.CallbackOutcome // 0: APPLIED
+		wantAcks   int
+		wantResult bool
+	}{
+		{"quick work: RESULT alone", 0, 0, 0, true},
+		{"longer work: ACK, then RESULT", 800 * time.Millisecond, 0, 1, true},
+		{"longer work, stale ACK: stopped", 10 * time.Second, stale, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.cfg.AckLinger = 200 * time.Millisecond
+			if tc.ackOutcome != 0 {
+				e.orch.script(func(f *fakeOrchestrator) { f.ackOutcome = tc.ackOutcome })
+			}
+			var (
+				runs  counter
+				cause atomic.Value
+			)
+			upper := upperExecutor(&runs)
+			e.start(worker.HandlerFunc(func(ctx context.Context, task *worker.Task) (worker.Result, error) {
+				select {
+				case <-time.After(tc.work):
+				case <-ctx.Done():
+					cause.Store(context.Cause(ctx))
+					return worker.Result{}, ctx.Err()
+				}
+				return upper(ctx, task)
+			}))
+			d := e.directive(e.writeInput("in.txt", []byte("linger\n")))
+			e.publish(d, msgID(d, ""), nil)
+			if tc.wantResult {
+				e.waitFor("RESULT", func() bool { _, res := e.orch.calls(); return len(res) == 1 })
+			} else {
+				e.waitFor("ACK", func() bool { acks, _ := e.orch.calls(); return len(acks) == 1 })
+				e.waitFor("the execution stopped", func() bool { return cause.Load() != nil })
+			}
+			e.assertSettled()
+			e.stop()
+
+			acks, results := e.orch.calls()
+			if len(acks) != tc.wantAcks || (len(results) == 1) != tc.wantResult {
+				t.Fatalf("%d ACKs and %d RESULTs, want %d and a RESULT %v", len(acks), len(results), tc.wantAcks, tc.wantResult)
+			}
+			if tc.wantResult {
+				if results[0].GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+					t.Errorf("RESULT %v %s", results[0].GetStatus(), results[0].GetReason())
+				}
+				return
+			}
+			if c, _ := cause.Load().(error); !errors.Is(c, worker.ErrLeaseLost) {
+				t.Errorf("the execution was stopped with %v, want ErrLeaseLost", c)
+			}
+			if n := e.executions(d.GetJobId()); n != 0 {
+				t.Errorf("worker_executions rows = %d, want 0 (the attempt was not this worker's)", n)
+			}
+		})
+	}
+}

@@ -95,6 +95,7 @@ func readSettings(e *env.Reader, catalog []Service) (settings, error) {
 			NoOp:              noop,
 			TaskTimeout:       e.Duration("LUCIUS_WORKER_TASK_TIMEOUT", 0),
 			ShutdownGrace:     e.Duration("LUCIUS_WORKER_SHUTDOWN_GRACE", 0),
+			AckLinger:         e.Duration("LUCIUS_WORKER_ACK_LINGER", 0),
 			ExecutionDelay:    e.Duration("LUCIUS_WORKER_DELAY", 0),
 			FileRoots:         splitFileRoots(e.String("LUCIUS_FILE_ROOTS", "")),
 			InlineOutputLimit: e.Int("LUCIUS_WORKER_INLINE_OUTPUT_BYTES", DefaultInlineOutputLimit),

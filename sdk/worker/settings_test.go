@@ -94,6 +94,8 @@ func TestReadSettings(t *testing.T) {
 		{"an endpoint that is not a URL", with("LUCIUS_BLOB_ENDPOINTS", "acct01=ftp://x"), "endpoint of acct01", ""},
 		{"a small block size", with("LUCIUS_BLOB_BLOCK_SIZE", "1024"), "block size 1024", ""},
 		{"a bad egress allowlist", with("LUCIUS_EGRESS_ALLOW", "intranet"), "LUCIUS_EGRESS_ALLOW", ""},
+		{"ack linger", with("LUCIUS_WORKER_ACK_LINGER", "20ms"), "", ""},
+		{"ack linger too long", with("LUCIUS_WORKER_ACK_LINGER", "2s"), "ack linger 2s: want at most 500ms", ""},
 		{"local store", with("LUCIUS_WORKER_STORE", "local", "LUCIUS_WORKER_STORE_PATH", "/var/lib/worker/ocr.db"), "", ""},
 		{"local store without a path", with("LUCIUS_WORKER_STORE", "local"), "needs LUCIUS_WORKER_STORE_PATH", ""},
 		{"unknown store", with("LUCIUS_WORKER_STORE", "redis"), `LUCIUS_WORKER_STORE="redis": want postgres or local`, ""},
