@@ -24,7 +24,7 @@
 //     (a file, or an az:// blob: package blob serves every ref by scheme);
 //     an output over Config.InlineOutputLimit is spilled to the step's
 //     directory and the RESULT carries its ref (SpilledOutputKey);
-//  6. on success, records the step's effect (Store.RecordEffect): one record
+//  6. on success, records the step's effect with its RESULT (Store.Finish): one record
 //     per (job_id, step_id), so a step has exactly one committed effect
 //     however many of its attempts succeed;
 //  7. records the RESULT in the Store, then sends it, retried with capped,

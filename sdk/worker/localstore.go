@@ -33,7 +33,7 @@ import (
 // restart after a crash) behaves as with PGStore; a redelivery to another
 // instance (the first one's message lock expired while it was executing or
 // before its message was completed) is claimed afresh there, and
-// RecordEffect's "one effect per step" holds within an instance only.
+// Finish's "one effect per step" holds within an instance only.
 //
 // What protects the job then is the orchestrator's fencing, not this store.
 // The ACK stops an localExecution before it runs when the attempt or lease is
@@ -164,22 +164,30 @@ func (s *LocalStore) Extend(ctx context.Context, key Key, workerID string, until
 
 // Finish implements Store. The RESULT is stored as protobuf bytes
 // and indexed by its finish time for Prune.
-func (s *LocalStore) Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest) error {
+func (s *LocalStore) Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest, effect *Effect) (bool, error) {
 	if result == nil {
-		return fmt.Errorf("localstore: finish %s: nil result", key)
+		return false, fmt.Errorf("localstore: finish %s: nil result", key)
 	}
 	raw, err := proto.Marshal(result)
 	if err != nil {
-		return fmt.Errorf("localstore: finish %s: encode result: %w", key, err)
+		return false, fmt.Errorf("localstore: finish %s: encode result: %w", key, err)
 	}
-	return s.held(ctx, "finish", key, workerID, func(tx *bbolt.Tx, k []byte, rec *localExecution) error {
+	var inserted bool
+	err = s.held(ctx, "finish", key, workerID, func(tx *bbolt.Tx, k []byte, rec *localExecution) error {
 		now := time.Now()
 		rec.FinishedAt, rec.ClaimedUntil, rec.Result = now, now, raw
 		if err := tx.Bucket(bucketFinished).Put(indexKey(now, k), []byte{}); err != nil {
 			return err
 		}
-		return putExecution(tx, k, rec)
+		if err := putExecution(tx, k, rec); err != nil {
+			return err
+		}
+		if effect != nil {
+			inserted, err = putEffect(tx, *effect, now)
+		}
+		return err
 	})
+	return inserted, err
 }
 
 // Release implements Store. Like PGStore, it sets the claim's expiry
@@ -199,35 +207,22 @@ func (s *LocalStore) Forget(ctx context.Context, key Key, workerID string) error
 	})
 }
 
-// RecordEffect implements Store: the effect is keyed by (job_id,
-// step_id), and the check and the insert are one write transaction, so
-// concurrent attempts of one step cannot both insert.
-func (s *LocalStore) RecordEffect(ctx context.Context, e Effect) (bool, error) {
-	var inserted bool
-	err := s.update(ctx, func(tx *bbolt.Tx) error {
-		k := effectKey(e.JobID, e.StepID)
-		effects := tx.Bucket(bucketEffects)
-		if effects.Get(k) != nil {
-			return nil
-		}
-		now := time.Now()
-		raw, err := json.Marshal(localEffect{AttemptNo: e.AttemptNo, LeaseID: e.LeaseID, Service: e.Service, WorkerID: e.WorkerID, CommittedAt: now})
-		if err != nil {
-			return fmt.Errorf("encode: %w", err)
-		}
-		if err := effects.Put(k, raw); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketCommitted).Put(indexKey(now, k), []byte{}); err != nil {
-			return err
-		}
-		inserted = true
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("localstore: record effect of %s: %w", e.Key, err)
+// putEffect records e's step effect at now unless the step has one, and
+// reports whether it did.
+func putEffect(tx *bbolt.Tx, e Effect, now time.Time) (bool, error) {
+	k := effectKey(e.JobID, e.StepID)
+	effects := tx.Bucket(bucketEffects)
+	if effects.Get(k) != nil {
+		return false, nil
 	}
-	return inserted, nil
+	raw, err := json.Marshal(localEffect{AttemptNo: e.AttemptNo, LeaseID: e.LeaseID, Service: e.Service, WorkerID: e.WorkerID, CommittedAt: now})
+	if err != nil {
+		return false, fmt.Errorf("encode effect: %w", err)
+	}
+	if err := effects.Put(k, raw); err != nil {
+		return false, err
+	}
+	return true, tx.Bucket(bucketCommitted).Put(indexKey(now, k), []byte{})
 }
 
 // Prune implements Store: up to batch finished records, then step

@@ -58,10 +58,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Finish(ctx, finished, "w1", want); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RecordEffect(ctx, worker.Effect{Key: finished, Service: "ocr", WorkerID: "w1"}); err != nil {
+	if _, err := s.Finish(ctx, finished, "w1", want, &worker.Effect{Key: finished, Service: "ocr", WorkerID: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -87,8 +84,13 @@ func TestRecordsSurviveReopen(t *testing.T) {
 			t.Errorf("stored result after reopen = %v, want %v", got.Result, want)
 		}
 	}
-	if inserted, err := s.RecordEffect(ctx, worker.Effect{Key: finished, Service: "ocr", WorkerID: "w2"}); err != nil || inserted {
-		t.Errorf("second effect after reopen: inserted %v (%v), want the first one kept", inserted, err)
+	later := finished
+	later.AttemptNo, later.LeaseID = finished.AttemptNo+1, "l9"
+	if _, err := s.Claim(ctx, worker.Claim{Key: later, Service: "ocr", WorkerID: "w2", Until: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if inserted, err := s.Finish(ctx, later, "w2", want, &worker.Effect{Key: later, Service: "ocr", WorkerID: "w2"}); err != nil || inserted {
+		t.Errorf("a later attempt's effect after reopen: inserted %v (%v), want the first one kept", inserted, err)
 	}
 }
 
@@ -192,7 +194,8 @@ func TestKeysDoNotRunTogether(t *testing.T) {
 				if got.State != worker.ClaimAcquired {
 					t.Errorf("claim of %+v = %v, want acquired", k, got.State)
 				}
-				inserted, err := s.RecordEffect(ctx, worker.Effect{Key: k, Service: "ocr", WorkerID: "w1"})
+				inserted, err := s.Finish(ctx, k, "w1", &luciusv1.ResultRequest{JobId: k.JobID, StepId: k.StepID},
+					&worker.Effect{Key: k, Service: "ocr", WorkerID: "w1"})
 				if err != nil {
 					t.Fatal(err)
 				}

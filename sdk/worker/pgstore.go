@@ -52,11 +52,6 @@ UPDATE worker_executions SET claimed_until = $6
  WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND lease_id = $4
    AND worker_id = $5 AND finished_at IS NULL`
 
-	qFinish = `
-UPDATE worker_executions
-   SET status = $6, failure_class = $7, result = $8::jsonb, finished_at = now(), claimed_until = now()
- WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND lease_id = $4
-   AND worker_id = $5 AND finished_at IS NULL`
 
 	qRelease = `
 UPDATE worker_executions SET claimed_until = now() - interval '1 microsecond'
@@ -72,10 +67,22 @@ DELETE FROM worker_executions
 DELETE FROM worker_executions WHERE ctid IN (
   SELECT ctid FROM worker_executions WHERE finished_at < $1 LIMIT $2)`
 
-	qRecordEffect = `
-INSERT INTO worker_effects (job_id, step_id, attempt_no, lease_id, service, worker_id)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (job_id, step_id) DO NOTHING`
+	// qFinishWithEffect finishes the record and, when it did and $9 (a
+	// successful attempt), records the step's effect unless the step has one:
+	// one statement, one commit.
+	qFinishWithEffect = `
+WITH f AS (
+  UPDATE worker_executions
+     SET status = $6, failure_class = $7, result = $8::jsonb, finished_at = now(), claimed_until = now()
+   WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND lease_id = $4
+     AND worker_id = $5 AND finished_at IS NULL
+  RETURNING service),
+e AS (
+  INSERT INTO worker_effects (job_id, step_id, attempt_no, lease_id, service, worker_id)
+  SELECT $1, $2, $3, $4, service, $5 FROM f WHERE $9
+  ON CONFLICT (job_id, step_id) DO NOTHING
+  RETURNING 1)
+SELECT EXISTS (SELECT FROM f), EXISTS (SELECT FROM e)`
 
 	qPruneEffects = `
 DELETE FROM worker_effects WHERE ctid IN (
@@ -130,13 +137,13 @@ func (s *PGStore) Extend(ctx context.Context, key Key, workerID string, until ti
 }
 
 // Finish implements Store.
-func (s *PGStore) Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest) error {
+func (s *PGStore) Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest, effect *Effect) (bool, error) {
 	if result == nil {
-		return fmt.Errorf("finish %s: nil result", key)
+		return false, fmt.Errorf("finish %s: nil result", key)
 	}
 	raw, err := protojson.Marshal(result)
 	if err != nil {
-		return fmt.Errorf("finish %s: encode result: %w", key, err)
+		return false, fmt.Errorf("finish %s: encode result: %w", key, err)
 	}
 	status := "SUCCEEDED"
 	var class *string
@@ -152,7 +159,16 @@ func (s *PGStore) Finish(ctx context.Context, key Key, workerID string, result *
 		}
 		class = &c
 	}
-	return s.update(ctx, "finish", qFinish, key, workerID, status, class, string(raw))
+	var finished, inserted bool
+	err = s.pool.QueryRow(ctx, qFinishWithEffect, key.JobID, key.StepID, key.AttemptNo, key.LeaseID, workerID,
+		status, class, string(raw), effect != nil).Scan(&finished, &inserted)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("finish %s: %w", key, err)
+	case !finished:
+		return false, fmt.Errorf("finish %s: %w", key, ErrClaimLost)
+	}
+	return inserted, nil
 }
 
 // Release implements Store.
@@ -163,16 +179,6 @@ func (s *PGStore) Release(ctx context.Context, key Key, workerID string) error {
 // Forget implements Store.
 func (s *PGStore) Forget(ctx context.Context, key Key, workerID string) error {
 	return s.update(ctx, "forget", qForget, key, workerID)
-}
-
-// RecordEffect implements Store with INSERT ... ON CONFLICT (job_id, step_id)
-// DO NOTHING: concurrent attempts of one step cannot both insert.
-func (s *PGStore) RecordEffect(ctx context.Context, e Effect) (bool, error) {
-	tag, err := s.pool.Exec(ctx, qRecordEffect, e.JobID, e.StepID, e.AttemptNo, e.LeaseID, e.Service, e.WorkerID)
-	if err != nil {
-		return false, fmt.Errorf("record effect of %s: %w", e.Key, err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // update runs a statement on workerID's unfinished record of key.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/base/pgtest"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
 	"github.com/lucius-platform/lucius/sdk/worker/storetest"
 )
@@ -27,7 +28,10 @@ func TestPGStoreEffectKeepsTheFirstAttempt(t *testing.T) {
 		{Key: first, Service: "ocr", WorkerID: "w1"},
 		{Key: second, Service: "ocr", WorkerID: "w2"},
 	} {
-		inserted, err := store.RecordEffect(ctx, e)
+		if _, err := store.Claim(ctx, worker.Claim{Key: e.Key, Service: e.Service, WorkerID: e.WorkerID, Until: time.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		inserted, err := store.Finish(ctx, e.Key, e.WorkerID, &luciusv1.ResultRequest{JobId: "bb", StepId: "ocr"}, &e)
 		if err != nil || inserted != (i == 0) {
 			t.Fatalf("record effect %d: inserted %v (%v), want %v", i+1, inserted, err, i == 0)
 		}

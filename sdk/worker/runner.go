@@ -501,22 +501,23 @@ func (r *Runner) release(ctx context.Context, dl *delivery, task *Task) {
 	r.abandon(ctx, dl.rcv, dl.m, dl.keeper, dl.log)
 }
 
-// report commits a successful step's effect, records the RESULT, then
-// sends it.
+// report records the RESULT (and a successful step's effect), then sends it.
 func (r *Runner) report(ctx context.Context, dl *delivery, result *luciusv1.ResultRequest) {
-	// The step's effect is committed once, by the first attempt that gets
-	// here; a later attempt's record is a no-op and its RESULT is sent all
-	// the same (the orchestrator decides which RESULT counts).
-	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
-		if stop := r.recordEffect(ctx, dl.keeper, dl.key, dl.log); stop {
-			return
-		}
-	}
 	// Record before sending: once recorded, a redelivery re-sends this RESULT
-	// instead of running the work again.
+	// instead of running the work again. A successful attempt's record
+	// commits the step's effect too, once, by the first attempt that gets
+	// here; a later attempt's is a no-op and its RESULT is sent all the same
+	// (the orchestrator decides which RESULT counts).
+	var effect *Effect
+	if result.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
+		effect = &Effect{Key: dl.key, Service: r.cfg.Service, WorkerID: r.cfg.WorkerID}
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
-	err := r.store.Finish(cctx, dl.key, r.cfg.WorkerID, result)
+	inserted, err := r.store.Finish(cctx, dl.key, r.cfg.WorkerID, result, effect)
 	cancel()
+	if err == nil && effect != nil && !inserted {
+		dl.log.InfoContext(ctx, "an earlier attempt already committed the step's effect; reporting this attempt's RESULT anyway")
+	}
 	if err != nil {
 		r.count(ctx, "error")
 		if errors.Is(err, ErrClaimLost) {
@@ -528,26 +529,6 @@ func (r *Runner) report(ctx context.Context, dl *delivery, result *luciusv1.Resu
 		return
 	}
 	r.deliverResult(ctx, dl.rcv, dl.m, dl.keeper, dl.d, result, dl.log)
-}
-
-// recordEffect records the step's effect in the store and reports whether
-// the message was left for redelivery because the store failed.
-func (r *Runner) recordEffect(ctx context.Context, keeper *lockKeeper, key Key, log *slog.Logger) (stop bool) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
-	inserted, err := r.store.RecordEffect(cctx, Effect{Key: key, Service: r.cfg.Service, WorkerID: r.cfg.WorkerID})
-	cancel()
-	if err != nil {
-		r.count(ctx, "error")
-		log.ErrorContext(ctx, "record the step's effect; leaving the message for redelivery", telemetry.Err(err))
-		r.leave(keeper)
-		return true
-	}
-	if inserted {
-		log.DebugContext(ctx, "step effect committed")
-	} else {
-		log.InfoContext(ctx, "an earlier attempt already committed the step's effect; reporting this attempt's RESULT anyway")
-	}
-	return false
 }
 
 // dropLostAttempt ends an attempt whose lease a heartbeat reported lost:

@@ -12,7 +12,7 @@ import (
 // produced, keyed by Key. It is what makes a duplicate directive harmless:
 // a finished attempt is never executed again, and its RESULT can be re-sent
 // byte for byte. It also records each step's committed effect, keyed by the
-// step alone (see RecordEffect). PGStore is the PostgreSQL implementation;
+// step alone (see Finish). PGStore is the PostgreSQL implementation;
 // package storetest is the conformance suite every implementation passes.
 //
 // An attempt has one record from its first claim on. A claim is held until a
@@ -30,9 +30,13 @@ type Store interface {
 	// Extend moves the claim's expiry to until. ErrClaimLost when workerID no
 	// longer holds an unfinished claim.
 	Extend(ctx context.Context, key Key, workerID string, until time.Time) error
-	// Finish stores the attempt's RESULT and marks it finished. ErrClaimLost
-	// when workerID no longer holds an unfinished claim.
-	Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest) error
+	// Finish stores the attempt's RESULT and marks it finished. With an
+	// effect (a successful attempt's), the same write records that the step
+	// committed its effect, unless the step already has one: the record is
+	// keyed by (job_id, step_id) only, and the first wins; effectInserted
+	// says whether this call inserted it. ErrClaimLost when workerID no
+	// longer holds an unfinished claim (nothing is written then).
+	Finish(ctx context.Context, key Key, workerID string, result *luciusv1.ResultRequest, effect *Effect) (effectInserted bool, err error)
 	// Release expires workerID's unfinished claim at once, so a redelivery can
 	// take the attempt over without waiting (the worker is shutting down).
 	Release(ctx context.Context, key Key, workerID string) error
@@ -41,12 +45,6 @@ type Store interface {
 	// LEASE_MISMATCH or AFTER_TERMINAL, or a heartbeat said the lease was
 	// lost mid-execution), so nothing is recorded as done.
 	Forget(ctx context.Context, key Key, workerID string) error
-	// RecordEffect records that e's step committed its effect (its work
-	// succeeded and its artifacts and output_ref are written), unless the
-	// step already has an effect: the record is keyed by (job_id, step_id)
-	// only, and the first record wins. It reports whether this call inserted
-	// the record (false: an earlier attempt of the step committed first).
-	RecordEffect(ctx context.Context, e Effect) (inserted bool, err error)
 	// Prune deletes up to batch finished attempt records and step effects
 	// older than before, returning how many it deleted; unfinished records
 	// stay. The runtime calls it hourly with the retention

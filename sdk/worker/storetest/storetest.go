@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) worker.Store) {
 			{"every key component distinguishes attempts", keyComponentsDistinguish},
 			{"a step's effect is recorded once", effectRecordedOncePerStep},
 			{"concurrent attempts commit one effect", concurrentEffectsCommitOnce},
+		{"a refused finish records no effect", refusedFinishRecordsNoEffect},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -116,7 +117,7 @@ func finishedReturnsResult(t *testing.T, s worker.Store) {
 	k := newKey(t)
 	claim(t, s, k, "w1", later())
 	want := result(k)
-	if err := s.Finish(ctx, k, "w1", want); err != nil {
+	if _, err := s.Finish(ctx, k, "w1", want, nil); err != nil {
 		t.Fatal(err)
 	}
 	got := claim(t, s, k, "w2", later())
@@ -129,7 +130,7 @@ func finishedReturnsResult(t *testing.T, s worker.Store) {
 	res := &luciusv1.ResultRequest{JobId: failed.JobID, StepId: failed.StepID, AttemptNo: int32(failed.AttemptNo), LeaseId: failed.LeaseID,
 		Status: luciusv1.ResultStatus_RESULT_STATUS_FAILED, FailureClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE,
 		Reason: "INVALID_INPUT: not UTF-8", FinishTime: timestamppb.Now()}
-	if err := s.Finish(ctx, failed, "w1", res); err != nil {
+	if _, err := s.Finish(ctx, failed, "w1", res, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := claim(t, s, failed, "w1", later()); got.State != worker.ClaimDone || !proto.Equal(got.Result, res) {
@@ -141,10 +142,10 @@ func expiredClaimTakenOver(t *testing.T, s worker.Store) {
 	k := newKey(t)
 	claim(t, s, k, "w1", time.Now().Add(-time.Second))
 	wantState(t, claim(t, s, k, "w2", later()), worker.ClaimAcquired, true)
-	if err := s.Finish(context.Background(), k, "w1", result(k)); !errors.Is(err, worker.ErrClaimLost) {
+	if _, err := s.Finish(context.Background(), k, "w1", result(k), nil); !errors.Is(err, worker.ErrClaimLost) {
 		t.Fatalf("finish by the previous holder: %v, want ErrClaimLost", err)
 	}
-	if err := s.Finish(context.Background(), k, "w2", result(k)); err != nil {
+	if _, err := s.Finish(context.Background(), k, "w2", result(k), nil); err != nil {
 		t.Fatalf("finish by the new holder: %v", err)
 	}
 }
@@ -188,7 +189,7 @@ func forgetRemovesClaim(t *testing.T, s worker.Store) {
 		t.Fatal(err)
 	}
 	wantState(t, claim(t, s, k, "w2", later()), worker.ClaimAcquired, false)
-	if err := s.Finish(ctx, k, "w2", result(k)); err != nil {
+	if _, err := s.Finish(ctx, k, "w2", result(k), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Forget(ctx, k, "w2"); !errors.Is(err, worker.ErrClaimLost) {
@@ -200,17 +201,17 @@ func forgetRemovesClaim(t *testing.T, s worker.Store) {
 func onlyHolderFinishes(t *testing.T, s worker.Store) {
 	ctx := context.Background()
 	k := newKey(t)
-	if err := s.Finish(ctx, k, "w1", result(k)); !errors.Is(err, worker.ErrClaimLost) {
+	if _, err := s.Finish(ctx, k, "w1", result(k), nil); !errors.Is(err, worker.ErrClaimLost) {
 		t.Fatalf("finish without a claim: %v, want ErrClaimLost", err)
 	}
 	claim(t, s, k, "w1", later())
-	if err := s.Finish(ctx, k, "w2", result(k)); !errors.Is(err, worker.ErrClaimLost) {
+	if _, err := s.Finish(ctx, k, "w2", result(k), nil); !errors.Is(err, worker.ErrClaimLost) {
 		t.Fatalf("finish by a non-holder: %v, want ErrClaimLost", err)
 	}
-	if err := s.Finish(ctx, k, "w1", result(k)); err != nil {
+	if _, err := s.Finish(ctx, k, "w1", result(k), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Finish(ctx, k, "w1", result(k)); !errors.Is(err, worker.ErrClaimLost) {
+	if _, err := s.Finish(ctx, k, "w1", result(k), nil); !errors.Is(err, worker.ErrClaimLost) {
 		t.Fatalf("second finish: %v, want ErrClaimLost", err)
 	}
 }
@@ -231,11 +232,14 @@ func effect(k worker.Key, workerID string) worker.Effect {
 	return worker.Effect{Key: k, Service: "embedding", WorkerID: workerID}
 }
 
+// recordEffect claims e's attempt and finishes it successfully with its
+// effect, reporting whether the effect was inserted.
 func recordEffect(t *testing.T, s worker.Store, e worker.Effect) bool {
 	t.Helper()
-	inserted, err := s.RecordEffect(context.Background(), e)
+	wantState(t, claim(t, s, e.Key, e.WorkerID, later()), worker.ClaimAcquired, false)
+	inserted, err := s.Finish(context.Background(), e.Key, e.WorkerID, result(e.Key), &e)
 	if err != nil {
-		t.Fatalf("record effect of %s by %s: %v", e.Key, e.WorkerID, err)
+		t.Fatalf("finish %s by %s with its effect: %v", e.Key, e.WorkerID, err)
 	}
 	return inserted
 }
@@ -245,8 +249,9 @@ func effectRecordedOncePerStep(t *testing.T, s worker.Store) {
 	if !recordEffect(t, s, effect(first, "w1")) {
 		t.Fatal("the first effect of a step was not inserted")
 	}
-	if recordEffect(t, s, effect(first, "w1")) {
-		t.Error("the same attempt recorded the step's effect twice")
+	e := effect(first, "w1")
+	if inserted, err := s.Finish(context.Background(), first, "w1", result(first), &e); !errors.Is(err, worker.ErrClaimLost) || inserted {
+		t.Errorf("finishing the attempt again = %v, %v; want ErrClaimLost and no effect", inserted, err)
 	}
 	later := first
 	later.AttemptNo, later.LeaseID = first.AttemptNo+1, "0b8a2b8e-1b54-4a43-b9c5-52b9c1b8c0de"
@@ -278,7 +283,12 @@ func concurrentEffectsCommitOnce(t *testing.T, s worker.Store) {
 		wg.Go(func() {
 			k := base
 			k.AttemptNo, k.LeaseID = i+1, fmt.Sprintf("6f1c1e8e-6a0b-4bbf-9b39-%012d", i)
-			ok, err := s.RecordEffect(context.Background(), effect(k, fmt.Sprintf("w%d", i)))
+			e := effect(k, fmt.Sprintf("w%d", i))
+			var ok bool
+			_, err := s.Claim(context.Background(), worker.Claim{Key: k, Service: e.Service, WorkerID: e.WorkerID, Until: later()})
+			if err == nil {
+				ok, err = s.Finish(context.Background(), k, e.WorkerID, result(k), &e)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -304,11 +314,9 @@ func pruneDeletesOldFinished(t *testing.T, s worker.Store) {
 	for _, k := range []worker.Key{finished, running} {
 		wantState(t, claim(t, s, k, "w1", later()), worker.ClaimAcquired, false)
 	}
-	if err := s.Finish(ctx, finished, "w1", result(finished)); err != nil {
-		t.Fatal(err)
-	}
-	if !recordEffect(t, s, effect(finished, "w1")) {
-		t.Fatal("first effect not inserted")
+	first := effect(finished, "w1")
+	if inserted, err := s.Finish(ctx, finished, "w1", result(finished), &first); err != nil || !inserted {
+		t.Fatalf("finish with the first effect = %v, %v", inserted, err)
 	}
 	if n, err := s.Prune(ctx, time.Now().Add(-time.Hour), 100); err != nil {
 		t.Fatal(err)
@@ -332,9 +340,22 @@ func pruneDeletesOldFinished(t *testing.T, s worker.Store) {
 	if total < 2 {
 		t.Fatalf("prune deleted %d records, want at least the finished attempt and its effect", total)
 	}
-	wantState(t, claim(t, s, finished, "w2", later()), worker.ClaimAcquired, false)
 	wantState(t, claim(t, s, running, "w2", later()), worker.ClaimBusy, false)
 	if !recordEffect(t, s, effect(finished, "w2")) {
-		t.Fatal("the pruned effect still blocks a new one")
+		t.Fatal("the pruned record or effect still blocks a new one")
+	}
+}
+
+func refusedFinishRecordsNoEffect(t *testing.T, s worker.Store) {
+	ctx := context.Background()
+	k := newKey(t)
+	wantState(t, claim(t, s, k, "w1", later()), worker.ClaimAcquired, false)
+	intruder := effect(k, "w2")
+	if inserted, err := s.Finish(ctx, k, "w2", result(k), &intruder); !errors.Is(err, worker.ErrClaimLost) || inserted {
+		t.Fatalf("finish by a worker without the claim = %v, %v; want ErrClaimLost", inserted, err)
+	}
+	holder := effect(k, "w1")
+	if inserted, err := s.Finish(ctx, k, "w1", result(k), &holder); err != nil || !inserted {
+		t.Fatalf("the holder's finish = %v, %v; want its effect inserted (the refused one recorded none)", inserted, err)
 	}
 }
