@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // cli runs the lucius binary against the suite as token's holder and
@@ -182,5 +186,53 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 	}()
 	if code != 3 {
 		t.Fatalf("an unreachable server: exit %d, want 3\n%s%s", code, stdout, stderr)
+	}
+}
+
+// `lucius job watch` without a job id follows a tenant's jobs: one NDJSON
+// line per job-level change as it commits, until --for runs out, exit 0.
+func TestCLIWatchesATenantsJobs(t *testing.T) {
+	t.Parallel()
+	s := startSuite(t, suiteOptions{})
+	cmd := exec.CommandContext(s.ctx, filepath.Join(binDir, "lucius"), "job", "watch", "--tenant", "acme", "--for", "20s", "-o", "json")
+	cmd.Env = append(os.Environ(), "LUCIUS_ADDR="+s.Endpoints.GatewayGRPC, "LUCIUS_TOKEN="+s.partner("acme"),
+		"LUCIUS_CONFIG="+filepath.Join(t.TempDir(), "none.yaml"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the watch is open before the job is submitted
+	outRef, _ := s.output("watched.json")
+	resp, err := s.cmds.Submit(s.ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{TenantId: "acme", RequestType: "OCR",
+		SchemaVersion: "1", InputRef: s.input("watched.txt", sampleText), OutputRef: outRef, Payload: &structpb.Struct{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := s.waitJob(resp.GetJobId(), 60*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
+		t.Fatalf("job ended %s", job.GetStatus())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("lucius job watch --tenant: %v\n%s", err, errOut.String())
+	}
+	var statuses []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var change struct {
+			Job struct {
+				JobID string `json:"job_id"`
+			} `json:"job"`
+			Event struct {
+				ToStatus string `json:"to_status"`
+			} `json:"event"`
+		}
+		if err := json.Unmarshal([]byte(line), &change); err != nil {
+			t.Fatalf("not an NDJSON line: %q (%v)", line, err)
+		}
+		if change.Job.JobID == resp.GetJobId() {
+			statuses = append(statuses, change.Event.ToStatus)
+		}
+	}
+	if len(statuses) == 0 || statuses[len(statuses)-1] != "SUCCEEDED" {
+		t.Fatalf("watched changes of the job: %v, want them to end in SUCCEEDED\n%s", statuses, out.String())
 	}
 }

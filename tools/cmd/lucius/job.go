@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -18,6 +19,10 @@ import (
 
 func jobCommand(s *session) *cobra.Command {
 	job := &cobra.Command{Use: "job", Short: "Read, follow, cancel and replay jobs"}
+	var (
+		watchTenant string
+		watchFor    time.Duration
+	)
 	var tenant string
 	var statuses []string
 	var pageSize int32
@@ -138,11 +143,26 @@ func jobCommand(s *session) *cobra.Command {
 	}
 	replay.Flags().StringVar(&reason, "reason", "", "why (recorded on the replay)")
 	watch := &cobra.Command{
-		Use: "watch JOB_ID", Short: "Follow a job until it ends; the exit code says how it ended", Args: usageArgs(cobra.ExactArgs(1)),
+		Use:   "watch [JOB_ID]",
+		Short: "Follow a job until it ends (the exit code says how), or without JOB_ID every job of --tenant as it changes",
+		Long: `With JOB_ID: follow the job until it ends; the exit code says how it ended.
+
+Without: follow every job of --tenant (every tenant you may see when it is
+empty) as it is accepted, starts, ends or is cancelled, one line per change,
+until Ctrl-C or --for runs out (JobService.WatchJobs; a dropped stream is
+resumed where it stopped).`,
+		Example: `  lucius job watch 3f1c…                # one job, to its end
+  lucius job watch --tenant acme -o json  # a tenant's jobs, as NDJSON`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.follow(cmd, args[0])
+			if len(args) == 1 {
+				return s.follow(cmd, args[0])
+			}
+			return s.followTenant(cmd, watchTenant, watchFor)
 		},
 	}
+	watch.Flags().StringVar(&watchTenant, "tenant", "", "without JOB_ID: only this tenant's jobs")
+	watch.Flags().DurationVar(&watchFor, "for", 0, "without JOB_ID: stop after this long (0: until interrupted)")
 	job.AddCommand(list, get, steps, events, cancel, replay, watch)
 	return job
 }
@@ -226,6 +246,64 @@ func (s *session) follow(cmd *cobra.Command, jobID string) error {
 	default:
 		return &codedError{code: exitFailed, err: fmt.Errorf("job %s failed: %s", jobID, job.GetReason())}
 	}
+}
+
+// followTenant streams the job-level changes of a tenant's jobs (every
+// tenant's when empty) until ctx ends or for runs out (0: never).
+func (s *session) followTenant(cmd *cobra.Command, tenant string, forDuration time.Duration) error {
+	ctx := cmd.Context()
+	if forDuration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, forDuration)
+		defer cancel()
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	conn, err := s.connect(dialCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	jobs := luciusv1.NewJobServiceClient(conn)
+	p := s.printer(cmd)
+	var last int64
+	for {
+		stream, err := jobs.WatchJobs(ctx, &luciusv1.WatchJobsRequest{TenantId: tenant, AfterEventId: last})
+		if err != nil {
+			return quietEnd(ctx, err)
+		}
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() == nil && (errors.Is(err, io.EOF) || status.Code(err) == codes.Aborted || status.Code(err) == codes.Unavailable && last > 0) {
+					break // resume from the last event
+				}
+				return quietEnd(ctx, err)
+			}
+			last = max(last, resp.GetEvent().GetEventId())
+			if err := p.streamed(resp, func(t *tabwriter.Writer) { tenantLine(t, resp) }); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// quietEnd is nil when the watch ended because ctx did (Ctrl-C, --for).
+func quietEnd(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// tenantLine prints one change of a tenant watch.
+func tenantLine(t *tabwriter.Writer, resp *luciusv1.WatchJobsResponse) {
+	e, j := resp.GetEvent(), resp.GetJob()
+	what := e.GetType()
+	if e.GetToStatus() != "" {
+		what = fmt.Sprintf("%s → %s", orDash(e.GetFromStatus()), e.GetToStatus())
+	}
+	row(t, e.GetCreateTime().AsTime().Local().Format("15:04:05.000"), j.GetJobId(), j.GetTenantId(),
+		fmt.Sprintf("%s@%d", j.GetWorkflowId(), j.GetWorkflowVersion()), what, orDash(clip(e.GetReason(), 60)))
 }
 
 // eventLine prints one event of a followed job.

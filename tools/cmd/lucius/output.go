@@ -41,6 +41,30 @@ func (p printer) check() error {
 }
 
 // print writes msg; table draws it for --output table.
+// streamed prints one message of a stream: a compact JSON line (NDJSON), a
+// YAML document, or the table's rows.
+func (p printer) streamed(msg proto.Message, table func(t *tabwriter.Writer)) error {
+	switch p.format {
+	case formatJSON:
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if err := json.Compact(&out, b); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err = out.WriteTo(p.out)
+		return err
+	case formatYAML:
+		if _, err := io.WriteString(p.out, "---\n"); err != nil {
+			return err
+		}
+	}
+	return p.print(msg, table)
+}
+
 func (p printer) print(msg proto.Message, table func(t *tabwriter.Writer)) error {
 	switch p.format {
 	case formatJSON, formatYAML:
