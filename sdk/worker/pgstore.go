@@ -52,7 +52,6 @@ UPDATE worker_executions SET claimed_until = $6
  WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND lease_id = $4
    AND worker_id = $5 AND finished_at IS NULL`
 
-
 	qRelease = `
 UPDATE worker_executions SET claimed_until = now() - interval '1 microsecond'
  WHERE job_id = $1 AND step_id = $2 AND attempt_no = $3 AND lease_id = $4

@@ -47,7 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) worker.Store) {
 			{"every key component distinguishes attempts", keyComponentsDistinguish},
 			{"a step's effect is recorded once", effectRecordedOncePerStep},
 			{"concurrent attempts commit one effect", concurrentEffectsCommitOnce},
-		{"a refused finish records no effect", refusedFinishRecordsNoEffect},
+			{"a refused finish records no effect", refusedFinishRecordsNoEffect},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
