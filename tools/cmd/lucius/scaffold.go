@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"text/template"
 	"unicode"
@@ -145,12 +146,16 @@ func (s *scaffold) write(dir string) ([]string, error) {
 
 // findCheckout finds a Lucius checkout holding the SDK: $LUCIUS_SOURCE_DIR,
 // else the folders above this binary (make build puts it in .build/bin),
-// else above the working directory. "" when there is none.
+// above the source file it was compiled from (go install from a checkout),
+// or above the working directory. "" when there is none.
 func findCheckout() string {
 	if dir := os.Getenv("LUCIUS_SOURCE_DIR"); dir != "" {
 		return dir
 	}
 	var starts []string
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
 	if exe, err := os.Executable(); err == nil {
 		if exe, err = filepath.EvalSymlinks(exe); err == nil {
 			starts = append(starts, filepath.Dir(exe))
