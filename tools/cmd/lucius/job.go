@@ -274,7 +274,7 @@ func (s *session) followTenant(cmd *cobra.Command, tenant string, forDuration ti
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
-				if ctx.Err() == nil && (errors.Is(err, io.EOF) || status.Code(err) == codes.Aborted || status.Code(err) == codes.Unavailable && last > 0) {
+				if quietEnd(ctx, err) != nil && (errors.Is(err, io.EOF) || status.Code(err) == codes.Aborted || status.Code(err) == codes.Unavailable && last > 0) {
 					break // resume from the last event
 				}
 				return quietEnd(ctx, err)
@@ -288,8 +288,13 @@ func (s *session) followTenant(cmd *cobra.Command, tenant string, forDuration ti
 }
 
 // quietEnd is nil when the watch ended because ctx did (Ctrl-C, --for).
+// The server may end the stream at --for's deadline a moment before ctx
+// itself reports it: a DeadlineExceeded under that deadline is the end too.
 func quietEnd(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
+		return nil
+	}
+	if _, hasDeadline := ctx.Deadline(); hasDeadline && status.Code(err) == codes.DeadlineExceeded {
 		return nil
 	}
 	return err
