@@ -145,6 +145,11 @@ func env(workflows string) map[string]string {
 		// Outbox rows a killed reconciler had claimed stay hidden for the
 		// lease (default 30s); publishing a batch takes milliseconds.
 		"LUCIUS_OUTBOX_LEASE": "5s",
+		// A killed worker's directives time out their ACKs, and injected
+		// faults fail attempts: enough to open a service's circuit breaker,
+		// which then holds its steps for the cool-down (default 30s) and
+		// again after each failed probe. Short like every other timing here.
+		"LUCIUS_BREAKER_COOL_DOWN": "3s",
 	}
 }
 
