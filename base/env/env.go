@@ -98,6 +98,12 @@ func (r *Reader) List(key string, def []string) []string {
 	if !ok {
 		return def
 	}
+	return SplitList(v)
+}
+
+// SplitList splits a comma-separated list, trimming spaces and dropping
+// empty items.
+func SplitList(v string) []string {
 	var out []string
 	for _, item := range strings.Split(v, ",") {
 		if item = strings.TrimSpace(item); item != "" {

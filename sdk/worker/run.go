@@ -80,7 +80,6 @@ type runOptions struct {
 	services   []Service
 	middleware []Middleware
 	store      Store
-	env        *env.Reader
 }
 
 // WithServices lists the services this binary can run instead of the
@@ -102,9 +101,6 @@ func WithMiddleware(m ...Middleware) Option {
 // WithStore replaces the idempotency store LUCIUS_WORKER_STORE selects.
 func WithStore(s Store) Option { return func(o *runOptions) { o.store = s } }
 
-// withEnv reads configuration from e instead of the process environment (tests).
-func withEnv(e *env.Reader) Option { return func(o *runOptions) { o.env = e } }
-
 // catalog is what the process can run: the WithServices list, or one service
 // (named by WithName or LUCIUS_WORKER_SERVICE) serving the registered handlers.
 func (o *runOptions) catalog() []Service {
@@ -114,7 +110,7 @@ func (o *runOptions) catalog() []Service {
 	registered.Lock()
 	h := maps.Clone(registered.handlers)
 	registered.Unlock()
-	return []Service{{Name: o.name, Executor: h, Handlers: h.Names()}}
+	return []Service{Serve(o.name, h)}
 }
 
 // Run runs the worker until ctx ends or the process gets SIGINT or SIGTERM:
@@ -134,10 +130,7 @@ func Run(ctx context.Context, opts ...Option) error {
 	for _, opt := range opts {
 		opt(o)
 	}
-	e := o.env
-	if e == nil {
-		e = env.New()
-	}
+	e := env.New()
 	if len(os.Args) == 2 && os.Args[1] == "healthcheck" {
 		return healthcheck(ctx, e.String("LUCIUS_WORKER_HTTP_ADDR", defaultHTTPAddr))
 	}

@@ -424,7 +424,7 @@ func (r *Runner) lingerAck(ctx context.Context, dl *delivery, beats *heartbeats)
 	)
 	timer := time.AfterFunc(r.cfg.AckLinger, func() {
 		defer close(done)
-		if v, outcome, err = r.sendAck(ctx, dl, dl.ackClient); v != ackProceed && v != ackInterrupted {
+		if v, outcome, err = r.sendAck(ctx, dl, dl.ackClient); v.refused() {
 			beats.loseLease()
 		}
 	})
@@ -468,7 +468,7 @@ func (r *Runner) run(ctx context.Context, dl *delivery) (result *luciusv1.Result
 		result.CallbackToken = beats.callbackToken()
 	}
 	switch {
-	case v != ackProceed && v != ackInterrupted:
+	case v.refused():
 		// The lingering ACK stopped the attempt: settled as its answer says.
 		r.settleAck(ctx, dl, v, outcome, ackErr)
 		return nil, false
@@ -581,6 +581,10 @@ const (
 	ackRejected                      // refused as invalid
 	ackStale                         // another attempt owns the step, or the job ended
 )
+
+// refused reports whether the answer means the attempt is not this
+// worker's to run (a shutdown is not an answer: it ends the run anyway).
+func (v ackVerdict) refused() bool { return v == ackNotFound || v == ackRejected || v == ackStale }
 
 // sendAck sends the attempt's ACK, retrying, and says what the answer means.
 // It settles nothing, so it may run beside the execution (Config.AckLinger).

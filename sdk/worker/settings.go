@@ -175,7 +175,7 @@ func pickServices(e *env.Reader, catalog []Service, noop bool) ([]Service, error
 		}
 		raw = catalog[0].Name
 	}
-	names := splitServices(raw)
+	names := env.SplitList(raw)
 	if len(names) == 0 {
 		return nil, errors.New("LUCIUS_WORKER_SERVICE names no service")
 	}
@@ -257,18 +257,6 @@ func splitFileRoots(v string) []string {
 		}
 	}
 	return roots
-}
-
-// splitServices splits LUCIUS_WORKER_SERVICE's comma-separated list,
-// trimming spaces and dropping empty items.
-func splitServices(v string) []string {
-	var out []string
-	for _, item := range strings.Split(v, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // buildVersion is the main module's version as Go recorded it.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -323,11 +324,9 @@ func (h *Harness) Directive(input []byte) *luciusv1.Directive {
 		h.t.Fatal(err)
 	}
 	payload, _ := structpb.NewStruct(nil)
-	lease := make([]byte, 16)
-	rand.Read(lease) //nolint:errcheck // never fails
 	return &luciusv1.Directive{
 		JobId: jobID, TenantId: "acme", StepId: strings.ToLower(h.Handler), StepType: h.Handler, Service: h.Config.Service,
-		AttemptNo: 1, LeaseId: uuidString(lease), InputRef: "file://" + in, JobInputRef: "file://" + in,
+		AttemptNo: 1, LeaseId: uuid.NewString(), InputRef: "file://" + in, JobInputRef: "file://" + in,
 		WorkspaceRef: "file://" + h.Workspace + "/lucius/acme/" + jobID + "/",
 		Payload:      payload, AckTimeout: durationpb.New(30 * time.Second),
 		CallbackUrls: &luciusv1.CallbackEndpoints{GrpcTarget: h.Orchestrator.Addr},
@@ -356,13 +355,6 @@ func (h *Harness) Publish(d *luciusv1.Directive) {
 	if err := s.Send(ctx, msg); err != nil {
 		h.t.Fatal(err)
 	}
-}
-
-// uuidString formats 16 random bytes as a version 4 UUID.
-func uuidString(b []byte) string {
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b)
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // Orchestrator is an in-process CallbackService over real gRPC: it records
