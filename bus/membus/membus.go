@@ -158,7 +158,7 @@ func (b *Bus) EnsureQueue(_ context.Context, name string, opts bus.QueueOptions)
 	}
 	q := b.queues[name]
 	if q == nil {
-		q = &queue{e: newEntity(name), dup: dedup{seen: map[string]time.Time{}}}
+		q = &queue{e: newEntity(), dup: dedup{seen: map[string]time.Time{}}}
 		b.queues[name] = q
 	}
 	q.e.lockDuration = orDefault(opts.LockDuration, bus.DefaultLockDuration)
@@ -218,7 +218,7 @@ func (b *Bus) EnsureSubscription(_ context.Context, topicName, name string, opts
 	}
 	s := t.subs[name]
 	if s == nil {
-		s = newEntity(path)
+		s = newEntity()
 		t.subs[name] = s
 	}
 	s.lockDuration = orDefault(opts.LockDuration, bus.DefaultLockDuration)

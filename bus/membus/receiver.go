@@ -32,12 +32,7 @@ func (r *receiver) closed() bool {
 
 // messages is what r receives from: e's live or dead messages. Call with
 // b.mu held.
-func (r *receiver) messages() map[int64]*message {
-	if r.dlq {
-		return r.e.dead
-	}
-	return r.e.live
-}
+func (r *receiver) messages() map[int64]*message { return r.e.messages(r.dlq) }
 
 // Receive takes up to max messages. When there are none it waits until the
 // entity changes, a lock expires or a scheduled message falls due there, ctx

@@ -29,7 +29,6 @@ type topic struct {
 // entity is a queue or a subscription: what receivers read, with its
 // dead-letter queue. Its fields are guarded by Bus.mu.
 type entity struct {
-	path          string
 	lockDuration  time.Duration
 	maxDeliveries int
 	// ttl is the default time to live; for a subscription 0 means the topic's.
@@ -43,8 +42,16 @@ type entity struct {
 	changed chan struct{}
 }
 
-func newEntity(path string) *entity {
-	return &entity{path: path, live: map[int64]*message{}, dead: map[int64]*message{}, changed: make(chan struct{})}
+func newEntity() *entity {
+	return &entity{live: map[int64]*message{}, dead: map[int64]*message{}, changed: make(chan struct{})}
+}
+
+// messages is e's live queue, or its dead-letter queue when dlq is set.
+func (e *entity) messages(dlq bool) map[int64]*message {
+	if dlq {
+		return e.dead
+	}
+	return e.live
 }
 
 func (e *entity) notify() {
@@ -146,10 +153,7 @@ type swept struct{ ttl, maxDelivered, dropped int64 }
 // locks nothing, next is when a lock expires or a scheduled message falls
 // due, the earliest time another take could find something (zero: none).
 func (e *entity) take(now time.Time, dlq bool, limit int) (got []*bus.Received, next time.Time, sw swept) {
-	msgs := e.live
-	if dlq {
-		msgs = e.dead
-	}
+	msgs := e.messages(dlq)
 	var ready []*message
 	for _, m := range msgs {
 		switch {

@@ -115,8 +115,6 @@ type Stack struct {
 	broker *sbtest.Broker
 	// Azurite is the storage emulator the stack started (Config.Azurite).
 	Azurite *azuritetest.Server
-	// joinEnv is JoinEnv's environment.
-	joinEnv map[string]string
 	// stopRefresh ends the worker token refresh.
 	stopRefresh context.CancelFunc
 }
@@ -188,10 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
 	}
-	if err := s.plan(); err == nil {
-		err = writeJoinEnv(filepath.Join(dataDir, JoinEnvFile), s.joinEnv)
-	}
-	if err != nil {
+	if err := s.plan(); err != nil {
 		s.Stop(context.Background())
 		return nil, err
 	}
@@ -258,13 +253,16 @@ func (s *Stack) plan() error {
 		s.procs[name] = p
 		s.order = append(s.order, name)
 	}
-	// A worker started outside the stack (lucius worker env) joins it with
-	// the workers' environment but its own service, token and address.
-	s.joinEnv = map[string]string{"LUCIUS_GATEWAY_TARGET": gwGRPC}
-	for _, m := range []map[string]string{common, s.cfg.Env, s.blobEnv()} {
-		for k, v := range m {
-			s.joinEnv[k] = v
-		}
+	// What every worker adds to the common environment; a worker started
+	// outside the stack (lucius worker env, JoinEnvFile) gets the same.
+	workers := map[string]string{"LUCIUS_GATEWAY_TARGET": gwGRPC}
+	maps.Copy(workers, s.blobEnv())
+	join := map[string]string{}
+	for _, m := range []map[string]string{common, s.cfg.Env, workers} {
+		maps.Copy(join, m)
+	}
+	if err := writeJoinEnv(filepath.Join(s.DataDir, JoinEnvFile), join); err != nil {
+		return err
 	}
 	// Workers call back any orchestrator; the reconciler's retries carry the same.
 	callbackTarget := "ipv4:" + strings.Join(orchGRPC, ",")
@@ -289,9 +287,8 @@ func (s *Stack) plan() error {
 		if err != nil {
 			return err
 		}
-		workerEnv := map[string]string{"LUCIUS_WORKER_SERVICE": w, "LUCIUS_WORKER_HTTP_ADDR": addr, "LUCIUS_AUTH_TOKEN_FILE": token,
-			"LUCIUS_GATEWAY_TARGET": gwGRPC}
-		maps.Copy(workerEnv, s.blobEnv())
+		workerEnv := maps.Clone(workers)
+		workerEnv["LUCIUS_WORKER_SERVICE"], workerEnv["LUCIUS_WORKER_HTTP_ADDR"], workerEnv["LUCIUS_AUTH_TOKEN_FILE"] = w, addr, token
 		add(name, "worker", addr, workerEnv)
 	}
 	for _, name := range s.order {

@@ -308,6 +308,9 @@ func (a *Azure) blob(ref string) (AzureRef, *blockblob.Client, error) {
 	if err != nil {
 		return AzureRef{}, nil, err
 	}
+	if strings.HasSuffix(r.Blob, "/") {
+		return AzureRef{}, nil, Permanent(CodeInvalidRef, fmt.Errorf("ref %q names a folder (it ends with /), not a blob", Clip(ref)))
+	}
 	c, err := a.client(r.Account)
 	if err != nil {
 		return AzureRef{}, nil, err
@@ -322,9 +325,6 @@ func (a *Azure) Open(ctx context.Context, ref string) (Object, error) {
 	r, bc, err := a.blob(ref)
 	if err != nil {
 		return nil, err
-	}
-	if strings.HasSuffix(r.Blob, "/") {
-		return nil, Permanent(CodeInvalidRef, fmt.Errorf("ref %q names a folder (it ends with /), not a blob", Clip(ref)))
 	}
 	resp, err := bc.DownloadStream(ctx, nil)
 	if err != nil {
@@ -355,9 +355,6 @@ func (a *Azure) Write(ctx context.Context, ref string, r io.Reader, opts WriteOp
 	ar, bc, err := a.blob(ref)
 	if err != nil {
 		return Written{}, err
-	}
-	if strings.HasSuffix(ar.Blob, "/") {
-		return Written{}, Permanent(CodeInvalidRef, fmt.Errorf("ref %q names a folder (it ends with /), not a blob", Clip(ref)))
 	}
 	mediaType := opts.MediaType
 	if mediaType == "" {

@@ -73,16 +73,11 @@ func escapes(err error) bool { return errEscapes != nil && errors.Is(err, errEsc
 // attempt could not fix (outside the roots, no such file, no permission, a
 // directory, a bad reference) as permanent.
 func (a Files) Open(_ context.Context, ref string) (Object, error) {
-	f, err := a.OpenFile(ref)
+	f, size, err := a.open(ref)
 	if err != nil {
 		return nil, err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("read %s: %w", ref, err)
-	}
-	return file{File: f, size: st.Size()}, nil
+	return file{File: f, size: size}, nil
 }
 
 // file is an open local file as an Object.
@@ -93,37 +88,38 @@ type file struct {
 
 func (f file) Size() int64 { return f.size }
 
-// OpenFile is Open returning the *os.File.
-func (a Files) OpenFile(ref string) (*os.File, error) {
+// open opens the regular file ref names and returns its size (from the one
+// stat that also refuses a directory).
+func (a Files) open(ref string) (*os.File, int64, error) {
 	p, err := LocalPath(ref)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	root, rel, err := a.locate(ref, p)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	f, err := os.OpenInRoot(root, rel)
 	switch {
 	case escapes(err):
-		return nil, Permanent(CodeRefOutsideFileRoots, fmt.Errorf("read %s: leads outside %s: %w", ref, root, err))
+		return nil, 0, Permanent(CodeRefOutsideFileRoots, fmt.Errorf("read %s: leads outside %s: %w", ref, root, err))
 	case errors.Is(err, os.ErrNotExist):
-		return nil, Permanent(CodeInputNotFound, fmt.Errorf("read %s: %w", ref, err))
+		return nil, 0, Permanent(CodeInputNotFound, fmt.Errorf("read %s: %w", ref, err))
 	case errors.Is(err, os.ErrPermission):
-		return nil, Permanent(CodeInvalidInput, fmt.Errorf("read %s: %w", ref, err))
+		return nil, 0, Permanent(CodeInvalidInput, fmt.Errorf("read %s: %w", ref, err))
 	case err != nil:
-		return nil, fmt.Errorf("read %s: %w", ref, err)
+		return nil, 0, fmt.Errorf("read %s: %w", ref, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("read %s: %w", ref, err)
+		return nil, 0, fmt.Errorf("read %s: %w", ref, err)
 	}
 	if st.IsDir() {
 		f.Close()
-		return nil, Permanent(CodeInvalidInput, fmt.Errorf("read %s: is a directory", ref))
+		return nil, 0, Permanent(CodeInvalidInput, fmt.Errorf("read %s: is a directory", ref))
 	}
-	return f, nil
+	return f, st.Size(), nil
 }
 
 // Write writes r to the file ref names (inside a root) through a temporary

@@ -18,6 +18,10 @@ const (
 	exitCancelled   = 5 // with --wait: the job ended CANCELLED
 	exitNotFound    = 6 // the job, dead letter, workflow… does not exist (or is another tenant's)
 	exitDenied      = 7 // not authenticated, or not allowed
+	// exitInterrupted is a command stopped by Ctrl-C (or SIGTERM) before it
+	// finished, as a shell reports a process killed by SIGINT; a tenant
+	// watch, which runs until stopped, ends with 0 instead.
+	exitInterrupted = 130
 )
 
 // codedError carries an exit code with an error.

@@ -274,10 +274,13 @@ func (s *session) followTenant(cmd *cobra.Command, tenant string, forDuration ti
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
-				if quietEnd(ctx, err) != nil && (errors.Is(err, io.EOF) || status.Code(err) == codes.Aborted || status.Code(err) == codes.Unavailable && last > 0) {
+				if err = quietEnd(ctx, err); err == nil {
+					return nil
+				}
+				if errors.Is(err, io.EOF) || status.Code(err) == codes.Aborted || status.Code(err) == codes.Unavailable && last > 0 {
 					break // resume from the last event
 				}
-				return quietEnd(ctx, err)
+				return err
 			}
 			last = max(last, resp.GetEvent().GetEventId())
 			if err := p.streamed(resp, func(t *tabwriter.Writer) { tenantLine(t, resp) }); err != nil {

@@ -13,6 +13,8 @@ package main
 
 import (
 	"context"
+	"os/signal"
+	"syscall"
 
 	"fmt"
 	"os"
@@ -23,8 +25,16 @@ import (
 )
 
 func main() {
-	root := rootCommand()
-	err := root.Execute()
+	// Ctrl-C cancels the command's context: a tenant watch ends cleanly,
+	// anything else stopped half-way exits 130.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCommand().ExecuteContext(ctx)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil && interrupted {
+		fmt.Fprintln(os.Stderr, "lucius: interrupted")
+		os.Exit(exitInterrupted)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lucius:", describe(err))
 	}

@@ -40,13 +40,17 @@ func (p printer) check() error {
 	return usageErrorf("--output %q: want table, json or yaml", p.format)
 }
 
-// print writes msg; table draws it for --output table.
+// marshal is msg in the API's JSON (proto field names).
+func marshal(msg proto.Message) ([]byte, error) {
+	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
+}
+
 // streamed prints one message of a stream: a compact JSON line (NDJSON), a
 // YAML document, or the table's rows.
 func (p printer) streamed(msg proto.Message, table func(t *tabwriter.Writer)) error {
 	switch p.format {
 	case formatJSON:
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
+		b, err := marshal(msg)
 		if err != nil {
 			return err
 		}
@@ -65,10 +69,11 @@ func (p printer) streamed(msg proto.Message, table func(t *tabwriter.Writer)) er
 	return p.print(msg, table)
 }
 
+// print writes msg; table draws it for --output table.
 func (p printer) print(msg proto.Message, table func(t *tabwriter.Writer)) error {
 	switch p.format {
 	case formatJSON, formatYAML:
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
+		b, err := marshal(msg)
 		if err != nil {
 			return err
 		}

@@ -80,8 +80,8 @@ func newScaffold(name string, handlers []string, module, source string) (*scaffo
 		s.Handlers = append(s.Handlers, scaffoldHandler{Name: h, Func: goName(h), Lower: lower,
 			File: lower + ".go", TestFile: lower + "_test.go", Node: "step_" + lower, Next: next})
 	}
-	for _, m := range sdkModules {
-		if source != "" {
+	if source != "" {
+		for _, m := range sdkModules {
 			s.Replaces = append(s.Replaces, struct{ Module, Dir string }{m, filepath.Join(source, m)})
 		}
 	}

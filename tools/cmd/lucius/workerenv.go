@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/freeport"
 )
 
 // joinEnvFile is the file, in make up's data folder, holding the environment
-// a worker needs to join the suite (lucius-up writes it at start).
+// a worker needs to join the suite (tools/stack writes it at start: its
+// JoinEnvFile, KEY=VALUE lines).
 const joinEnvFile = "worker.env"
 
 func workerEnvCommand() *cobra.Command {
@@ -53,7 +54,7 @@ address. Evaluate it in the shell that starts the worker.`,
 			if err != nil {
 				return err
 			}
-			addr, err := freeLoopbackAddr()
+			addr, err := freeport.Addr()
 			if err != nil {
 				return err
 			}
@@ -117,16 +118,6 @@ func mintWorkerToken(issuerDir, tokensDir, service string, ttl time.Duration) (s
 	}
 	path := filepath.Join(tokensDir, "worker-"+service+"-joined.jwt")
 	return path, os.WriteFile(path, []byte(tok+"\n"), 0o600)
-}
-
-// freeLoopbackAddr picks a loopback port no one listens on now.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // shellQuote quotes v for a POSIX shell.
