@@ -35,8 +35,6 @@ type Spec struct {
 	// installed node_modules folder.
 	Script func(root, modules string) string
 	Args   []string
-	// Env is added to the environment (NODE_PATH is set to the modules).
-	Env []string
 	// Ready is the start of the stdout line the server prints once it
 	// listens.
 	Ready string
@@ -59,16 +57,16 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, ErrNoNode
 	}
-	root, err := RepoRoot(spec.Tool)
+	root, err := repoRoot(spec.Tool)
 	if err != nil {
 		return nil, err
 	}
-	modules, err := Install(ctx, root, spec.Tool)
+	modules, err := install(ctx, root, spec.Tool)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(node, append([]string{spec.Script(root, modules)}, spec.Args...)...)
-	cmd.Env = append(append(os.Environ(), "NODE_PATH="+modules), spec.Env...)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -133,10 +131,10 @@ func (p *Process) Stop() {
 // Output is what the server printed so far.
 func (p *Process) Output() string { return p.out.String() }
 
-// RepoRoot is the directory holding tools/<tool>/package-lock.json, found
+// repoRoot is the directory holding tools/<tool>/package-lock.json, found
 // upwards from the working directory (tests run in their package's
 // directory).
-func RepoRoot(tool string) (string, error) {
+func repoRoot(tool string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -156,10 +154,10 @@ func RepoRoot(tool string) (string, error) {
 
 var installMu sync.Mutex
 
-// Install runs `npm ci` from tools/<tool>'s package files into
+// install runs `npm ci` from tools/<tool>'s package files into
 // .build/<tool> unless the same lock file was installed there already, and
 // returns the node_modules directory.
-func Install(ctx context.Context, root, tool string) (string, error) {
+func install(ctx context.Context, root, tool string) (string, error) {
 	installMu.Lock()
 	defer installMu.Unlock()
 	src := filepath.Join(root, "tools", tool)

@@ -46,6 +46,7 @@ const callOverhead = 4 << 10
 func membersCommand(s *session) *cobra.Command {
 	members := &cobra.Command{Use: "members", Short: "Load a runbook's member data (operators)"}
 	var o membersLoad
+	e := env.New()
 	load := &cobra.Command{
 		Use:   "load RUNBOOK FILE.csv|-",
 		Short: "Load members from a CSV file (or - for stdin)",
@@ -58,6 +59,9 @@ limit.`,
   export-members | lucius members load contoso-mailbox-migration -`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := e.Err(); err != nil { // a malformed LUCIUS_MAX_REQUEST_BYTES is not silently the default
+				return &codedError{code: exitUsage, err: err}
+			}
 			o.runbook, o.file = args[0], args[1]
 			if o.version < 0 || o.maxRequestBytes <= callOverhead {
 				return usageErrorf("--version must not be negative and --max-request-bytes above %d", callOverhead)
@@ -79,7 +83,6 @@ limit.`,
 			})
 		},
 	}
-	e := env.New()
 	load.Flags().IntVar(&o.version, "version", 0, "the runbook version to load into; 0: the active version")
 	load.Flags().BoolVar(&o.replace, "replace", false, "the file is the whole data source: members it lacks are no longer current")
 	load.Flags().IntVar(&o.maxRequestBytes, "max-request-bytes", e.Int("LUCIUS_MAX_REQUEST_BYTES", server.DefaultMaxRequestBytes),

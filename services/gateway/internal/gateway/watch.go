@@ -250,14 +250,17 @@ func (s *jobService) WatchJob(req *luciusv1.WatchJobRequest, stream luciusv1.Job
 	if err != nil {
 		return s.storeError(ctx, err, id)
 	}
+	if err := stream.Send(&luciusv1.WatchJobResponse{Job: jobToProto(job)}); err != nil {
+		return err
+	}
 	after := req.GetAfterEventId()
 	if after == 0 {
+		if job.Status.Terminal() {
+			return nil // ended already, and the client asked for nothing before now
+		}
 		if after, err = s.store.LastEventID(ctx, id); err != nil {
 			return s.storeError(ctx, err, id)
 		}
-	}
-	if err := stream.Send(&luciusv1.WatchJobResponse{Job: jobToProto(job)}); err != nil {
-		return err
 	}
 	if job.Status.Terminal() {
 		// Ended already: what a resuming client missed, then the end.
