@@ -532,6 +532,10 @@ func (p *Process) start() error {
 	return nil
 }
 
+// OpsURL is the base URL of the process's HTTP operations surface
+// (/healthz, /readyz, /metrics, and /debug/pprof/ with LUCIUS_PPROF=true).
+func (p *Process) OpsURL() string { return strings.TrimSuffix(p.health, "/readyz") }
+
 // Pid is the operating system's id of the current run, or 0 before the first.
 func (p *Process) Pid() int {
 	p.mu.Lock()

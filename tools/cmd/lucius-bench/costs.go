@@ -32,8 +32,10 @@ type costs struct {
 	cpu          *cpuMeter
 	before       pgCounters
 	statementsOK bool
-	// calls is each statement's call count at the start (pg_stat_statements).
-	calls map[int64]int64
+	// calls is each statement's calls and time at the start (pg_stat_statements).
+	calls map[int64]statementCall
+	// tables is each table's row writes at the start (pg_stat_user_tables).
+	tables map[string]tableWrites
 }
 
 // pgCounters are the database's cumulative counters at one moment.
@@ -67,7 +69,8 @@ func startCosts(ctx context.Context, db *pgxpool.Pool, own *ownQueries, s *stack
 	_, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	c.statementsOK = err == nil
 	c.before = c.counters(ctx)
-	c.calls = c.statementCalls(ctx)
+	c.calls = c.statements(ctx)
+	c.tables = c.tableWrites(ctx)
 	c.ownBefore = own.n.Load()
 	c.cpu.begin(ctx)
 	return c
@@ -75,16 +78,9 @@ func startCosts(ctx context.Context, db *pgxpool.Pool, own *ownQueries, s *stack
 
 // statementCall is one statement's calls and text.
 type statementCall struct {
-	calls int64
-	query string
-}
-
-func (c *costs) statementCalls(ctx context.Context) map[int64]int64 {
-	out := map[int64]int64{}
-	for id, sc := range c.statements(ctx) {
-		out[id] = sc.calls
-	}
-	return out
+	calls  int64
+	execMS float64 // total execution time (pg_stat_statements.total_exec_time)
+	query  string
 }
 
 // statements reads pg_stat_statements, by query id (none when not loaded).
@@ -93,7 +89,7 @@ func (c *costs) statements(ctx context.Context) map[int64]statementCall {
 	if !c.statementsOK {
 		return out
 	}
-	rows, err := c.db.Query(ctx, `SELECT queryid, calls, query FROM pg_stat_statements WHERE queryid IS NOT NULL`)
+	rows, err := c.db.Query(ctx, `SELECT queryid, calls, total_exec_time, query FROM pg_stat_statements WHERE queryid IS NOT NULL`)
 	if err != nil {
 		return out
 	}
@@ -101,33 +97,87 @@ func (c *costs) statements(ctx context.Context) map[int64]statementCall {
 	for rows.Next() {
 		var id int64
 		var sc statementCall
-		if rows.Scan(&id, &sc.calls, &sc.query) == nil {
+		if rows.Scan(&id, &sc.calls, &sc.execMS, &sc.query) == nil {
 			out[id] = sc
 		}
 	}
 	return out
 }
 
-// topStatements prints the statements run most per job during the run.
+// topStatements prints the statements run most per job during the run,
+// with the execution time they cost per job.
 func (c *costs) topStatements(ctx context.Context, jobs, n int) {
 	type row struct {
-		perJob float64
-		query  string
+		perJob, msPerJob float64
+		query            string
 	}
 	var rows []row
+	var totalMS float64
 	for id, sc := range c.statements(ctx) {
-		if d := sc.calls - c.calls[id]; d > 0 && !benchStatement(sc.query) {
+		if d := sc.calls - c.calls[id].calls; d > 0 && !benchStatement(sc.query) {
 			q := strings.Join(strings.Fields(sc.query), " ")
-			if len(q) > 110 {
-				q = q[:110] + "…"
+			if len(q) > 100 {
+				q = q[:100] + "…"
 			}
-			rows = append(rows, row{float64(d) / float64(jobs), q})
+			ms := (sc.execMS - c.calls[id].execMS) / float64(jobs)
+			totalMS += ms
+			rows = append(rows, row{float64(d) / float64(jobs), ms, q})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].perJob > rows[j].perJob })
-	fmt.Println("  statements run most, per job:")
+	fmt.Printf("  statements run most, per job (calls, execution ms; all statements: %.2f ms per job):\n", totalMS)
 	for _, r := range rows[:min(n, len(rows))] {
-		fmt.Printf("    %6.2f  %s\n", r.perJob, r.query)
+		fmt.Printf("    %6.2f %6.3f  %s\n", r.perJob, r.msPerJob, r.query)
+	}
+}
+
+// tableWrites is a table's cumulative row writes (pg_stat_user_tables).
+type tableWrites struct {
+	inserts, updates, hotUpdates, deletes int64
+}
+
+func (c *costs) tableWrites(ctx context.Context) map[string]tableWrites {
+	out := map[string]tableWrites{}
+	rows, err := c.db.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables`)
+	if err != nil {
+		return out
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var w tableWrites
+		if rows.Scan(&name, &w.inserts, &w.updates, &w.hotUpdates, &w.deletes) == nil {
+			out[name] = w
+		}
+	}
+	return out
+}
+
+// topTables prints the row writes per job of the tables written most: an
+// update that is not HOT also writes every index of the table.
+func (c *costs) topTables(ctx context.Context, jobs int) {
+	type row struct {
+		name string
+		d    tableWrites
+	}
+	var rows []row
+	for name, w := range c.tableWrites(ctx) {
+		b := c.tables[name]
+		d := tableWrites{w.inserts - b.inserts, w.updates - b.updates, w.hotUpdates - b.hotUpdates, w.deletes - b.deletes}
+		if d.inserts+d.updates+d.deletes > 0 {
+			rows = append(rows, row{name, d})
+		}
+	}
+	total := func(w tableWrites) int64 { return w.inserts + w.updates + w.deletes }
+	sort.Slice(rows, func(i, j int) bool { return total(rows[i].d) > total(rows[j].d) })
+	per := func(v int64) float64 { return float64(v) / float64(jobs) }
+	fmt.Println("  row writes per job (inserts / updates, HOT share / deletes):")
+	for _, r := range rows[:min(8, len(rows))] {
+		hot := 0.0
+		if r.d.updates > 0 {
+			hot = 100 * float64(r.d.hotUpdates) / float64(r.d.updates)
+		}
+		fmt.Printf("    %-20s %5.2f / %5.2f, %3.0f%% HOT / %5.2f\n", r.name, per(r.d.inserts), per(r.d.updates), hot, per(r.d.deletes))
 	}
 }
 
@@ -187,13 +237,13 @@ func (c *costs) report(ctx context.Context, jobs int) {
 	parts = append(parts, part{"postgres", postgres})
 	sort.Slice(parts, func(i, j int) bool { return parts[i].secs > parts[j].secs })
 	var pgParts []string
+	k := float64(jobs) / 1000
 	for name, secs := range pgServed {
-		if secs >= 0.05 {
-			pgParts = append(pgParts, fmt.Sprintf("%s %.1f", name, secs))
+		if secs/k >= 0.05 {
+			pgParts = append(pgParts, fmt.Sprintf("%s %.2f", name, secs/k))
 		}
 	}
 	sort.Strings(pgParts)
-	k := float64(jobs) / 1000
 	fmt.Printf("  CPU-seconds per 1,000 jobs (%s of wall time; machine busy %.2f cores):\n",
 		c.cpu.span[runCondition].Round(1e6), c.cpu.busy[runCondition]/hz/c.cpu.span[runCondition].Seconds())
 	for _, p := range parts {
@@ -201,10 +251,11 @@ func (c *costs) report(ctx context.Context, jobs int) {
 	}
 	fmt.Printf("    %-26s %7.2f\n", "total (Lucius + PostgreSQL)", total/k)
 	fmt.Printf("    %-26s %7.2f\n", "(the bench client, apart)", client/k)
-	fmt.Printf("  PostgreSQL CPU-seconds by whom it served: %s\n", strings.Join(pgParts, ", "))
+	fmt.Printf("  PostgreSQL's share by whom it served (CPU-s per 1,000 jobs): %s\n", strings.Join(pgParts, ", "))
 	if c.statementsOK {
 		c.topStatements(ctx, jobs, 15)
 	}
+	c.topTables(ctx, jobs)
 }
 
 // isSuite reports whether name is one of the stack's processes.

@@ -34,6 +34,9 @@ import (
 // benchEnv is added to every process's environment (-env).
 var benchEnv = map[string]string{}
 
+// profiling, when set (-profile), profiles every process during the run.
+var profiling *profiler
+
 func main() {
 	bin := flag.String("bin", ".build/bin", "directory holding the service binaries")
 	data := flag.String("data", ".build/bench", "directory for the benchmark's cluster (recreated)")
@@ -42,6 +45,9 @@ func main() {
 	real := flag.Bool("real", false, "workers do their real placeholder work instead of no-op")
 	rate := flag.Float64("rate", 0, "submit at this many jobs/s (open loop); 0 submits as fast as the clients can")
 	closed := flag.Bool("closed", false, "closed loop: each of -c clients submits, waits for its job to end, and submits again, until -n jobs")
+	history := flag.Int("history", 0, "first fill the ledger with this many finished jobs (copies of real ones: requests, jobs, steps, attempts, events, worker executions), then measure")
+	profileDir := flag.String("profile", "", "write a CPU profile of every process, taken over the first -profile-seconds of the run, to this directory")
+	profileSecs := flag.Int("profile-seconds", 10, "with -profile: how long each profile runs")
 	logs := flag.String("logs", "", "file to write the suite's logs to (default: discarded)")
 	extraEnv := flag.String("env", "", "extra environment for every process, K=V pairs separated by commas (e.g. LUCIUS_PPROF=true)")
 	flood := flag.Bool("flood", false, "measure admission fairness: a calm tenant's submit latency alone, while another tenant works at its limit and while it floods at 10x its limit")
@@ -65,6 +71,14 @@ func main() {
 			benchEnv[k] = v
 		}
 	}
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "lucius-bench:", err)
+			os.Exit(1)
+		}
+		benchEnv["LUCIUS_PPROF"] = "true"
+		profiling = &profiler{dir: *profileDir, seconds: *profileSecs}
+	}
 	if *defSize {
 		if err := runDefSize(*bin, *data, *logs); err != nil {
 			fmt.Fprintln(os.Stderr, "lucius-bench:", err)
@@ -82,13 +96,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lucius-bench: -closed and -rate exclude each other")
 		os.Exit(2)
 	}
-	if err := run(*bin, *data, *n, *c, *rate, *real, *closed, *logs); err != nil {
+	if err := run(*bin, *data, *n, *c, *rate, *real, *closed, *history, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, "lucius-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, data string, n, c int, rate float64, real, closed bool, logPath string) error {
+func run(bin, data string, n, c int, rate float64, real, closed bool, history int, logPath string) error {
 	ctx := context.Background()
 	if err := os.RemoveAll(data); err != nil {
 		return err
@@ -175,70 +189,25 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, logPath st
 	case rate > 0:
 		mode = fmt.Sprintf("open loop at %.0f jobs/s", rate)
 	}
+	sub := &submitter{client: client, input: "file://" + input, files: s.Files, payload: payload, clients: c, rate: rate, ended: ended}
+	if history > 0 {
+		if err := seedHistory(ctx, pool, sub, history); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+		mode += fmt.Sprintf(", %d finished jobs of history", history)
+	}
 	fmt.Printf("submitting %d three-step jobs (%s)…\n", n, mode)
 	cost := startCosts(ctx, pool, own, s)
+	if profiling != nil {
+		profiling.start(ctx, s)
+	}
 	start := time.Now()
-
-	// With a rate, job i may not be submitted before start + i/rate.
-	pace := func(i int64) {
-		if rate > 0 {
-			time.Sleep(time.Until(start.Add(time.Duration(float64(i-1) / rate * float64(time.Second)))))
-		}
-	}
-	var next atomic.Int64
-	var mu sync.Mutex
-	var submitLat []time.Duration
-	var ids []string
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				pace(i)
-				t0 := time.Now()
-				resp, err := client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
-					TenantId: fmt.Sprintf("tenant-%d", i%8), RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1",
-					InputRef: "file://" + input, OutputRef: fmt.Sprintf("file://%s/out/%d.json", s.Files, i),
-					Payload: payload, IdempotencyKey: fmt.Sprintf("bench-%d-%d", start.UnixNano(), i)}})
-				d := time.Since(t0)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				mu.Lock()
-				submitLat = append(submitLat, d)
-				ids = append(ids, resp.GetJobId())
-				mu.Unlock()
-				if ended != nil {
-					<-ended.wait(resp.GetJobId())
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	ids, submitLat, failed := sub.submit(ctx, n, "bench")
 	submitted := time.Since(start)
 	fmt.Printf("submitted %d jobs in %s (%.0f submits/s, %d failed)\n", len(ids), submitted.Round(time.Millisecond),
-		float64(len(ids))/submitted.Seconds(), failed.Load())
-
-	deadline := time.Now().Add(time.Duration(n)*100*time.Millisecond + 2*time.Minute)
-	for {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE job_id = ANY($1) AND completed_at IS NOT NULL`, ids).Scan(&done); err != nil {
-			return err
-		}
-		if done == len(ids) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d jobs finished before the deadline", done, len(ids))
-		}
-		time.Sleep(200 * time.Millisecond)
+		float64(len(ids))/submitted.Seconds(), failed)
+	if err := waitFinished(ctx, pool, ids, time.Duration(n)*100*time.Millisecond+2*time.Minute); err != nil {
+		return err
 	}
 	rows, err := pool.Query(ctx, `SELECT j.status, extract(epoch FROM j.completed_at - r.received_at),
 		extract(epoch FROM r.received_at), extract(epoch FROM j.completed_at)
@@ -263,12 +232,92 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, logPath st
 		return err
 	}
 	cost.report(ctx, len(lat))
+	if profiling != nil {
+		profiling.wait()
+	}
 	span := time.Duration((last - first) * float64(time.Second))
 	fmt.Printf("\nRESULT jobs=%d statuses=%v (%s)\n", len(lat), statuses, mode)
 	fmt.Printf("  throughput      %.1f jobs/s (first accept → last SUCCEEDED: %s)\n", float64(len(lat))/span.Seconds(), span.Round(time.Millisecond))
 	fmt.Printf("  submit→SUCCEEDED p50 %s  p95 %s  p99 %s  max %s\n", pct(lat, 50), pct(lat, 95), pct(lat, 99), pct(lat, 100))
 	fmt.Printf("  Submit RPC       p50 %s  p95 %s  p99 %s\n", pct(submitLat, 50), pct(submitLat, 95), pct(submitLat, 99))
 	return stages(ctx, pool, ids)
+}
+
+// submitter submits three-step jobs from concurrent clients: as fast as
+// they can, at a fixed rate, or (with ended) each waiting for its job to end
+// before submitting the next.
+type submitter struct {
+	client       luciusv1.CommandServiceClient
+	input, files string
+	payload      *structpb.Struct
+	clients      int
+	rate         float64
+	ended        *completions
+}
+
+// submit submits n jobs whose idempotency keys start with label and returns
+// the accepted job ids, each accepted Submit's latency and how many failed.
+func (sb *submitter) submit(ctx context.Context, n int, label string) (ids []string, lat []time.Duration, failed int64) {
+	start := time.Now()
+	// With a rate, job i may not be submitted before start + i/rate.
+	pace := func(i int64) {
+		if sb.rate > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(float64(i-1) / sb.rate * float64(time.Second)))))
+		}
+	}
+	var next, nfailed atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range sb.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				pace(i)
+				t0 := time.Now()
+				resp, err := sb.client.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
+					TenantId: fmt.Sprintf("tenant-%d", i%8), RequestType: "OCR_EMBEDDING_SIS", SchemaVersion: "1",
+					InputRef: sb.input, OutputRef: fmt.Sprintf("file://%s/out/%s-%d.json", sb.files, label, i),
+					Payload: sb.payload, IdempotencyKey: fmt.Sprintf("%s-%d-%d", label, start.UnixNano(), i)}})
+				d := time.Since(t0)
+				if err != nil {
+					nfailed.Add(1)
+					continue
+				}
+				mu.Lock()
+				lat = append(lat, d)
+				ids = append(ids, resp.GetJobId())
+				mu.Unlock()
+				if sb.ended != nil {
+					<-sb.ended.wait(resp.GetJobId())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ids, lat, nfailed.Load()
+}
+
+// waitFinished waits until every job of ids has ended, at most timeout.
+func waitFinished(ctx context.Context, pool *pgxpool.Pool, ids []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE job_id = ANY($1) AND completed_at IS NOT NULL`, ids).Scan(&done); err != nil {
+			return err
+		}
+		if done == len(ids) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d jobs finished before the deadline", done, len(ids))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // stages prints where the time goes, from the audit trail: each row is the
