@@ -355,3 +355,44 @@ func TestBufferedWritesKeepOrderAndNulls(t *testing.T) {
 		t.Fatalf("outbox rows: bodies %q, scheduled %v, properties %v, content types %v", bodies, scheduled, props, contentTypes)
 	}
 }
+
+// A repeat is found by its request key, not its job id: the gateway mints a
+// new id for every submit, and a repeat answers with the first one's.
+func TestARepeatIsFoundByItsRequestKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, first, msg, err := f.request("acme", "OCR", ocrInputs, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.RequestKey = "key-of-" + first.JobID
+	a, err := f.store.Accept(f.ctx, first, msg, ledger.Limits{})
+	if err != nil || !a.Created || a.JobID != first.JobID {
+		t.Fatalf("first: %+v %v", a, err)
+	}
+	tests := []struct {
+		name    string
+		hash    string
+		wantErr error
+	}{
+		{"the same request", first.RequestHash, nil},
+		{"another request under the same key", "another hash", ledger.ErrIdempotencyConflict},
+	}
+	for _, tt := range tests {
+		_, again, msg, err := f.request("acme", "OCR", ocrInputs, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		again.RequestKey, again.RequestHash = first.RequestKey, tt.hash
+		a, err := f.store.Accept(f.ctx, again, msg, ledger.Limits{})
+		if !errors.Is(err, tt.wantErr) || a.Created || a.JobID != first.JobID {
+			t.Fatalf("%s: %+v %v, want job %s and error %v", tt.name, a, err, first.JobID, tt.wantErr)
+		}
+		if exists, err := f.store.RequestExists(f.ctx, again.JobID); err != nil || exists {
+			t.Fatalf("%s: the repeat's own id was stored (%v %v)", tt.name, exists, err)
+		}
+	}
+	if exists, err := f.store.RequestExists(f.ctx, first.RequestKey); err != nil || !exists {
+		t.Fatalf("RequestExists(key) = %v %v", exists, err)
+	}
+}

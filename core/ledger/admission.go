@@ -129,7 +129,7 @@ func (s *Store) precheckSlots(ctx context.Context, r Request, l Limits) error {
 	}
 	var exists bool
 	var tenant int
-	if err := s.pool.QueryRow(ctx, sqlPrecheckSlots, r.JobID, r.TenantID).Scan(&exists, &tenant); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlPrecheckSlots, r.key(), r.TenantID).Scan(&exists, &tenant); err != nil {
 		return fmt.Errorf("admission check: %w", err)
 	}
 	if exists {
@@ -233,7 +233,7 @@ const (
 	RETURNING active)
 	SELECT coalesce((SELECT active FROM t), lucius_admission_refused('tenant', $1, $2))`
 
-	sqlPrecheckSlots = `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1),
+	sqlPrecheckSlots = `SELECT EXISTS (SELECT 1 FROM requests WHERE request_key = $1),
 	coalesce((SELECT active FROM admission_usage WHERE scope = 'tenant' AND key = $2), 0)`
 
 	sqlReleaseSlot = `UPDATE admission_usage SET active = greatest(active - 1, 0) WHERE scope = 'tenant' AND key = $1`

@@ -110,13 +110,13 @@ func (t *Tx) InsertRequest(ctx context.Context, r Request) error {
 }
 
 // insertRequest stores a request and returns when it was received; false
-// when its job id exists already.
+// when a request with its key (RequestKey, else its job id) exists already.
 func (t *Tx) insertRequest(ctx context.Context, r Request) (time.Time, bool, error) {
 	var received time.Time
 	err := t.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
 		r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
 		r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
-		r.Routing.DecisionReason, r.ReplayOf, r.Notify, r.Principal).Scan(&received)
+		r.Routing.DecisionReason, r.ReplayOf, r.Notify, r.Principal, r.RequestKey).Scan(&received)
 	if isNoRows(err) {
 		return time.Time{}, false, nil
 	}

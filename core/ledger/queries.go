@@ -58,12 +58,14 @@ const (
 const (
 	sqlInsertRequest = `INSERT INTO requests (job_id, tenant_id, idempotency_key, request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,
-	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of, notify, submitted_by)
-	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
-	ON CONFLICT (job_id) DO NOTHING
+	resolved_mode, partition, routing_key_used, topic, decision_source, decision_reason, replay_of, notify, submitted_by,
+	request_key)
+	VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+	coalesce(nullif($22, ''), $1))
+	ON CONFLICT (request_key) DO NOTHING
 	RETURNING received_at`
 
-	sqlRequestHash = `SELECT request_hash FROM requests WHERE job_id = $1`
+	sqlRequestByKey = `SELECT job_id, request_hash FROM requests WHERE request_key = $1`
 
 	sqlLockRequest = `SELECT job_id, tenant_id, coalesce(idempotency_key, ''), request_hash, request_type,
 	workflow_version, input_ref, output_ref, doc_id, correlation_id, callback_url, command,

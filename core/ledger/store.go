@@ -10,6 +10,9 @@ import (
 
 // Accepted is the answer to Accept.
 type Accepted struct {
+	// JobID is the request's job: the one it was given, or the earlier
+	// request's it repeats (also set with ErrIdempotencyConflict).
+	JobID string
 	// Created is false when the request repeated an earlier one.
 	Created bool
 	// Status is the job's status now: RECEIVED when created.
@@ -31,8 +34,9 @@ func accepted(r Request) map[string]any {
 
 // Accept stores a new request with its outbox message and JOB_ACCEPTED event in
 // one transaction, taking an admission slot in the request's tenant, lane and
-// the global scope. If the job id exists already, nothing is written: the same
-// request hash returns the existing job, a different one ErrIdempotencyConflict.
+// the global scope. If a request with its RequestKey exists already, nothing
+// is written: the same request hash returns the existing job, a different one
+// ErrIdempotencyConflict.
 // A scope at its limit fails with a *LimitError and nothing is written.
 func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits Limits) (Accepted, error) {
 	if err := s.precheckSlots(ctx, r, limits); err != nil {
@@ -61,26 +65,27 @@ func (s *Store) Accept(ctx context.Context, r Request, msg OutboxMessage, limits
 		return Accepted{}, err
 	}
 	if created { // no second round trip to read back what was just written
-		return Accepted{Created: true, Status: JobReceived, ReceivedAt: received, AssetRevision: revision}, nil
+		return Accepted{JobID: r.JobID, Created: true, Status: JobReceived, ReceivedAt: received, AssetRevision: revision}, nil
 	}
-	var hash string
-	if err := s.pool.QueryRow(ctx, sqlRequestHash, r.JobID).Scan(&hash); err != nil {
-		return Accepted{}, fmt.Errorf("read request %s: %w", r.JobID, err)
+	var jobID, hash string
+	if err := s.pool.QueryRow(ctx, sqlRequestByKey, r.key()).Scan(&jobID, &hash); err != nil {
+		return Accepted{}, fmt.Errorf("read request %s: %w", r.key(), err)
 	}
 	if hash != r.RequestHash {
-		return Accepted{}, ErrIdempotencyConflict
+		return Accepted{JobID: jobID}, ErrIdempotencyConflict
 	}
-	job, err := s.GetJob(ctx, r.JobID)
+	job, err := s.GetJob(ctx, jobID)
 	if err != nil {
 		return Accepted{}, err
 	}
-	return Accepted{Status: job.Status, ReceivedAt: job.CreatedAt, AssetRevision: job.AssetRevision}, nil
+	return Accepted{JobID: jobID, Status: job.Status, ReceivedAt: job.CreatedAt, AssetRevision: job.AssetRevision}, nil
 }
 
-// RequestExists reports whether a request with this job id was accepted.
-func (s *Store) RequestExists(ctx context.Context, jobID string) (bool, error) {
+// RequestExists reports whether a request with this key (Request.RequestKey)
+// was accepted.
+func (s *Store) RequestExists(ctx context.Context, requestKey string) (bool, error) {
 	var exists bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1)`, jobID).Scan(&exists)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE request_key = $1)`, requestKey).Scan(&exists)
 	return exists, err
 }
 

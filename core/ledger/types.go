@@ -116,7 +116,12 @@ type Routing struct {
 
 // Request is an accepted command.
 type Request struct {
-	JobID          string
+	JobID string
+	// RequestKey is what makes two submits the same request (derived from
+	// the tenant and idempotency key, or the canonical command): a second
+	// request with it repeats the first. Empty: the job id (replays and
+	// runbook members, whose ids are derived).
+	RequestKey     string
 	TenantID       string // normalized
 	IdempotencyKey string
 	RequestHash    string

@@ -56,8 +56,11 @@ type admitted struct {
 	tenant   string // normalized
 	workflow *workflow.Definition
 	route    routing.Decision
-	jobID    string
-	hash     string
+	// requestKey is what makes two commands the same request (the tenant and
+	// idempotency key, or the canonical command); the job id is minted at
+	// acceptance (ledger.NewJobID).
+	requestKey string
+	hash       string
 	// asset is the asset the command names (empty AssetID: none).
 	asset ledger.AssetRef
 	// limits are the admission limits of the command's tenant and lane.
@@ -153,12 +156,14 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 	}
 	canonical := canonicalForm(cmd, tenant)
 	hash := sha256Hex("lucius/request/v1\n" + canonical)
-	jobID := sha256Hex("lucius/job/v1/canonical\n" + canonical)
+	// The prefixes are those of the job ids these keys once were: requests
+	// stored before ids were minted (migration 0015) keep matching.
+	requestKey := sha256Hex("lucius/job/v1/canonical\n" + canonical)
 	if key := cmd.GetIdempotencyKey(); key != "" {
-		jobID = sha256Hex("lucius/job/v1/key\n" + tenant + "\n" + key)
+		requestKey = sha256Hex("lucius/job/v1/key\n" + tenant + "\n" + key)
 	}
 	limits := ledger.Limits{Tenant: eff.MaxActive, Lane: cfg.LaneLimit(route.Mode), Global: cfg.Global.Limits.Global}
-	a := &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, jobID: jobID, hash: hash,
+	a := &admitted{cmd: cmd, tenant: tenant, workflow: def, route: route, requestKey: requestKey, hash: hash,
 		limits: limits, retryAfter: eff.RetryAfter}
 	if id := cmd.GetPlatformId(); id != "" {
 		a.asset = ledger.AssetRef{AssetID: ledger.AssetIDOf(id, cmd.GetPlatformRefs()), PlatformID: id, PlatformRefs: cmd.GetPlatformRefs()}

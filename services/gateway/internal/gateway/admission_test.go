@@ -68,7 +68,7 @@ func validCommand() *luciusv1.Command {
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
+func TestAdmitDerivesDeterministicRequestKeys(t *testing.T) {
 	t.Parallel()
 	reg := builtinWorkflows(t)
 	id := func(mutate func(c *luciusv1.Command)) string {
@@ -79,30 +79,30 @@ func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 		if err != nil || vs != nil {
 			t.Fatalf("unexpected violations %v", vs)
 		}
-		if !hex64.MatchString(a.jobID) {
-			t.Fatalf("job id %q is not 64 hex characters", a.jobID)
+		if !hex64.MatchString(a.requestKey) {
+			t.Fatalf("request key %q is not 64 hex characters", a.requestKey)
 		}
-		return a.jobID
+		return a.requestKey
 	}
 	base := id(func(*luciusv1.Command) {})
 	if id(func(*luciusv1.Command) {}) != base {
-		t.Fatal("the same command gave two job ids")
+		t.Fatal("the same command gave two request keys")
 	}
 	if id(func(c *luciusv1.Command) { c.TenantId = "  ACME " }) != base {
-		t.Fatal("tenant case and whitespace changed the job id")
+		t.Fatal("tenant case and whitespace changed the request key")
 	}
 	if id(func(c *luciusv1.Command) { c.CorrelationId = "trace-me" }) != base {
-		t.Fatal("correlation id changed the job id")
+		t.Fatal("correlation id changed the request key")
 	}
 	if id(func(c *luciusv1.Command) { c.SchemaVersion = "1.3" }) != base {
-		t.Fatal("a compatible minor schema version changed the job id")
+		t.Fatal("a compatible minor schema version changed the request key")
 	}
 	if id(func(c *luciusv1.Command) { c.InputRef = "file:///data/other.txt" }) == base {
-		t.Fatal("a different input gave the same job id")
+		t.Fatal("a different input gave the same request key")
 	}
 	reordered, _ := structpb.NewStruct(map[string]any{"chunk_size": 100, "prompt_set": []any{"summarize"}})
 	if id(func(c *luciusv1.Command) { c.Payload = reordered }) != base {
-		t.Fatal("payload key order changed the job id")
+		t.Fatal("payload key order changed the request key")
 	}
 	keyed := id(func(c *luciusv1.Command) { c.IdempotencyKey = "k-1" })
 	if keyed == base {
@@ -112,7 +112,7 @@ func TestAdmitDerivesDeterministicJobIDs(t *testing.T) {
 		t.Fatal("with a key the id must depend on tenant and key only")
 	}
 	if id(func(c *luciusv1.Command) { c.IdempotencyKey = "k-1"; c.TenantId = "globex" }) == keyed {
-		t.Fatal("two tenants using the same key got the same job id")
+		t.Fatal("two tenants using the same key got the same request key")
 	}
 }
 
@@ -242,8 +242,8 @@ func FuzzAdmit(f *testing.F) {
 				t.Fatalf("bad violation %+v", v)
 			}
 		}
-		if a != nil && (!hex64.MatchString(a.jobID) || !hex64.MatchString(a.hash)) {
-			t.Fatalf("bad ids %q %q", a.jobID, a.hash)
+		if a != nil && (!hex64.MatchString(a.requestKey) || !hex64.MatchString(a.hash)) {
+			t.Fatalf("bad ids %q %q", a.requestKey, a.hash)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,8 +59,8 @@ func newCommandService(store *ledger.Store, workflows *registry.Registry, cfg *c
 }
 
 // Submit checks the caller holds the tenant, applies the tenant's request
-// rates, bounds the payload, validates the envelope, derives the job id and
-// stores the request with its orchestrator-jobs message in one transaction,
+// rates, bounds the payload, validates the envelope, derives the request key
+// (what makes a repeat the same request), mints the job id and stores the request with its orchestrator-jobs message in one transaction,
 // unless an admission limit refuses it (429).
 func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest) (*luciusv1.SubmitResponse, error) {
 	cmd := req.GetCommand()
@@ -99,17 +100,16 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		// Refused at its limit a moment ago: refuse again without writing or
 		// encoding anything, unless this repeats an accepted command
 		// (answered as a duplicate).
-		exists, err := away.lookup(ctx, func(ctx context.Context) (bool, error) { return s.store.RequestExists(ctx, a.jobID) })
+		exists, err := away.lookup(ctx, func(ctx context.Context) (bool, error) { return s.store.RequestExists(ctx, a.requestKey) })
 		if err != nil || !exists {
 			s.count(ctx, "limited", cmd.GetRequestType())
 			loop.Sleep(ctx, refusalPace(a.retryAfter))
 			return nil, limitError(away.limit, a.retryAfter).Err()
 		}
 	}
-	log := s.log.With(telemetry.JobID(a.jobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
+	res, err := s.accept(ctx, a, cmd, ledger.NewJobID(time.Now()))
+	log := s.log.With(telemetry.JobID(res.JobID), telemetry.TenantID(a.tenant), slog.String(telemetry.KeyRequestType, cmd.GetRequestType()),
 		slog.String(telemetry.KeyCorrelationID, cmd.GetCorrelationId()))
-	log.DebugContext(ctx, "workflow pinned", "workflow", a.workflow.Key())
-	res, err := s.accept(ctx, a, cmd)
 	var limit *ledger.LimitError
 	errors.As(err, &limit)
 	if away == nil {
@@ -125,7 +125,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		log.InfoContext(ctx, "idempotency key reused for a different command")
 		return nil, server.Error(codes.AlreadyExists, server.ReasonIdempotencyKeyReused,
 			"idempotency_key was already used by this tenant for a different command; use a new key",
-			"job_id", a.jobID).Err()
+			"job_id", res.JobID).Err()
 	case errors.Is(err, ledger.ErrAssetDeleted):
 		s.count(ctx, "asset_deleted", cmd.GetRequestType())
 		log.InfoContext(ctx, "command refused: its asset is deleted", "asset_id", a.asset.AssetID)
@@ -144,24 +144,25 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 		outcome = "duplicate"
 	}
 	s.count(ctx, outcome, cmd.GetRequestType())
-	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition)
-	return &luciusv1.SubmitResponse{JobId: a.jobID, Status: jobStatusToProto(res.Status), Duplicate: !res.Created,
+	log.InfoContext(ctx, "command "+outcome, "mode", a.route.Mode, "partition", a.route.Partition, "workflow", a.workflow.Key())
+	return &luciusv1.SubmitResponse{JobId: res.JobID, Status: jobStatusToProto(res.Status), Duplicate: !res.Created,
 		AcceptTime: timestamppb.New(res.ReceivedAt), AssetId: a.asset.AssetID, AssetRevision: int32(res.AssetRevision)}, nil
 }
 
 // errEncode marks a command that could not be encoded for storage.
 var errEncode = errors.New("encode")
 
-// accept stores an admitted command: the request with its pinned routing
-// and the orchestrator-jobs message, under the admission limits.
-func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.Command) (ledger.Accepted, error) {
+// accept stores an admitted command under a new job id: the request with
+// its pinned routing and the orchestrator-jobs message, under the admission
+// limits. Accepted.JobID is the new id, or the earlier request's this repeats.
+func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.Command, jobID string) (ledger.Accepted, error) {
 	cmd.SubmittedBy = principalName(ctx) // never the caller's claim
 	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cmd)
 	if err != nil {
-		return ledger.Accepted{}, fmt.Errorf("%w command: %w", errEncode, err)
+		return ledger.Accepted{JobID: jobID}, fmt.Errorf("%w command: %w", errEncode, err)
 	}
 	request := ledger.Request{
-		JobID: a.jobID, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
+		JobID: jobID, RequestKey: a.requestKey, TenantID: a.tenant, IdempotencyKey: cmd.GetIdempotencyKey(), RequestHash: a.hash,
 		RequestType: cmd.GetRequestType(), WorkflowVersion: a.workflow.Version, InputRef: cmd.GetInputRef(), OutputRef: cmd.GetOutputRef(),
 		DocID: cmd.GetDocId(), CorrelationID: cmd.GetCorrelationId(), CallbackURL: cmd.GetCallbackUrl(), Principal: cmd.GetSubmittedBy(),
 		Command: raw, Routing: ledger.Routing{Mode: string(a.route.Mode), Partition: a.route.Partition, RoutingKey: a.route.RoutingKey,
@@ -170,9 +171,11 @@ func (s *commandService) accept(ctx context.Context, a *admitted, cmd *luciusv1.
 	}
 	msg, err := engine.QueuedJobMessage(ctx, request, cmd)
 	if err != nil {
-		return ledger.Accepted{}, fmt.Errorf("%w queued job: %w", errEncode, err)
+		return ledger.Accepted{JobID: jobID}, fmt.Errorf("%w queued job: %w", errEncode, err)
 	}
-	return s.store.Accept(ctx, request, msg, a.limits)
+	res, err := s.store.Accept(ctx, request, msg, a.limits)
+	res.JobID = cmp.Or(res.JobID, jobID) // a refused request is logged under the id it would have had
+	return res, err
 }
 
 func (s *commandService) count(ctx context.Context, outcome, requestType string) {

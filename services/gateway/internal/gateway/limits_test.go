@@ -228,8 +228,8 @@ func FuzzSubmitRequest(f *testing.F) {
 				t.Fatalf("bad violation %+v", v)
 			}
 		}
-		if a != nil && (!hex64.MatchString(a.jobID) || a.tenant == "") {
-			t.Fatalf("admitted %q for tenant %q", a.jobID, a.tenant)
+		if a != nil && (!hex64.MatchString(a.requestKey) || a.tenant == "") {
+			t.Fatalf("admitted %q for tenant %q", a.requestKey, a.tenant)
 		}
 	})
 }
