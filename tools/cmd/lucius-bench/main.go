@@ -199,7 +199,7 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, history in
 	fmt.Printf("submitting %d three-step jobs (%s)…\n", n, mode)
 	cost := startCosts(ctx, pool, own, s)
 	if profiling != nil {
-		profiling.start(ctx, s)
+		profiling.start(ctx, s, token)
 	}
 	start := time.Now()
 	ids, submitLat, failed := sub.submit(ctx, n, "bench")

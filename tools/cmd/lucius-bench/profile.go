@@ -25,15 +25,17 @@ type profiler struct {
 	errs    []error
 }
 
-// start begins a profile of every process of s; wait collects them.
-func (p *profiler) start(ctx context.Context, s *stack.Stack) {
+// start begins a profile of every process of s, asked for with an
+// operator's token (the operations endpoints are authenticated); wait
+// collects them.
+func (p *profiler) start(ctx context.Context, s *stack.Stack, token string) {
 	for _, name := range s.Names() {
 		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.Process(name).OpsURL(), p.seconds)
 		path := filepath.Join(p.dir, name+".pprof")
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			err := fetchTo(ctx, url, path, time.Duration(p.seconds+30)*time.Second)
+			err := fetchTo(ctx, url, token, path, time.Duration(p.seconds+30)*time.Second)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if err != nil {
@@ -54,13 +56,14 @@ func (p *profiler) wait() {
 	}
 }
 
-func fetchTo(ctx context.Context, url, path string, timeout time.Duration) error {
+func fetchTo(ctx context.Context, url, token, path string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
