@@ -21,8 +21,11 @@ type Global struct {
 	Refs        RefPolicy    `json:"ref_policy"`
 	// RetryAfter is the back-off a rejected client is told to wait (0: 1s).
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
-	Revision   int64         `json:"-"`
-	UpdatedAt  time.Time     `json:"-"`
+	// RetentionDays is how long finished jobs are kept, for tenants without
+	// their own (0: forever).
+	RetentionDays int       `json:"retention_days,omitempty"`
+	Revision      int64     `json:"-"`
+	UpdatedAt     time.Time `json:"-"`
 	// UpdatedBy names who made the change (issuer#subject); set it before a Put.
 	UpdatedBy string `json:"-"`
 }
@@ -61,8 +64,10 @@ type Tenant struct {
 	RequestRate *RateLimit `json:"request_rate,omitempty"`
 	// KeyRateLimits bound submits sharing the value of an envelope field.
 	KeyRateLimits []KeyRateLimit `json:"key_rate_limits,omitempty"`
-	Revision      int64          `json:"-"`
-	UpdatedAt     time.Time      `json:"-"`
+	// RetentionDays overrides the global retention (nil inherits, 0 is forever).
+	RetentionDays *int      `json:"retention_days,omitempty"`
+	Revision      int64     `json:"-"`
+	UpdatedAt     time.Time `json:"-"`
 	// UpdatedBy names who made the change (issuer#subject); set it before a Put.
 	UpdatedBy string `json:"-"`
 }
@@ -102,6 +107,8 @@ type Effective struct {
 	AllowedModes []routing.Mode
 	Refs         RefPolicy
 	RetryAfter   time.Duration
+	// RetentionDays is how long the tenant's finished jobs are kept (0: forever).
+	RetentionDays int
 }
 
 // ModeAllowed reports whether the tenant may use m.
@@ -113,7 +120,8 @@ func (e Effective) ModeAllowed(m routing.Mode) bool {
 func (s *Snapshot) For(tenant string) Effective {
 	tenant = routing.Normalize(tenant)
 	g := s.Global
-	e := Effective{TenantID: tenant, GlobalMode: g.DefaultMode, MaxActive: g.Limits.Tenant, Refs: g.Refs, RetryAfter: g.RetryAfter}
+	e := Effective{TenantID: tenant, GlobalMode: g.DefaultMode, MaxActive: g.Limits.Tenant, Refs: g.Refs, RetryAfter: g.RetryAfter,
+		RetentionDays: g.RetentionDays}
 	if e.RetryAfter <= 0 {
 		e.RetryAfter = time.Second
 	}
@@ -128,7 +136,22 @@ func (s *Snapshot) For(tenant string) Effective {
 	if t.Refs != nil {
 		e.Refs = *t.Refs
 	}
+	if t.RetentionDays != nil {
+		e.RetentionDays = *t.RetentionDays
+	}
 	return e
+}
+
+// Retention is what the retention sweeper keeps: the global retention in
+// days and the tenants that set their own (0: forever).
+func (s *Snapshot) Retention() (global int, tenants map[string]int) {
+	tenants = map[string]int{}
+	for id, t := range s.Tenants {
+		if t.RetentionDays != nil {
+			tenants[id] = *t.RetentionDays
+		}
+	}
+	return s.Global.RetentionDays, tenants
 }
 
 // LaneLimit is the limit of a mode's lane (0: none).

@@ -497,7 +497,12 @@ type GlobalConfig struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Output only: who made the change in effect (the token's issuer#subject;
 	// "seed" for the environment's seed of a fresh database).
-	UpdatedBy     string `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedBy string `protobuf:"bytes,7,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// How many days a finished job (its request, steps, attempts, events and
+	// dead letters) is kept after it ended, for tenants without their own
+	// retention; the reconciler deletes older ones. 0 (the default) keeps them
+	// forever. Jobs that made an asset revision are kept with their asset.
+	RetentionDays int32 `protobuf:"varint,8,opt,name=retention_days,json=retentionDays,proto3" json:"retention_days,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,6 +584,13 @@ func (x *GlobalConfig) GetUpdatedBy() string {
 		return x.UpdatedBy
 	}
 	return ""
+}
+
+func (x *GlobalConfig) GetRetentionDays() int32 {
+	if x != nil {
+		return x.RetentionDays
+	}
+	return 0
 }
 
 // AdmissionLimits bound concurrent jobs: accepted and not yet terminal
@@ -754,7 +766,10 @@ type TenantConfig struct {
 	// (e.g. doc_id), so one document cannot be resubmitted in a tight loop.
 	KeyRateLimits []*KeyRateLimit `protobuf:"bytes,10,rep,name=key_rate_limits,json=keyRateLimits,proto3" json:"key_rate_limits,omitempty"`
 	// Output only: who made the change in effect (the token's issuer#subject).
-	UpdatedBy     string `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedBy string `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// Days this tenant's finished jobs are kept (unset: the global
+	// retention_days; 0: forever). See GlobalConfig.retention_days.
+	RetentionDays *int32 `protobuf:"varint,12,opt,name=retention_days,json=retentionDays,proto3,oneof" json:"retention_days,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -864,6 +879,13 @@ func (x *TenantConfig) GetUpdatedBy() string {
 		return x.UpdatedBy
 	}
 	return ""
+}
+
+func (x *TenantConfig) GetRetentionDays() int32 {
+	if x != nil && x.RetentionDays != nil {
+		return *x.RetentionDays
+	}
+	return 0
 }
 
 // RateLimit is a token bucket: rate tokens a second, up to burst at once.
@@ -985,6 +1007,8 @@ type EffectiveConfig struct {
 	MaxActiveJobs int32      `protobuf:"varint,3,opt,name=max_active_jobs,json=maxActiveJobs,proto3" json:"max_active_jobs,omitempty"`
 	AllowedModes  []Mode     `protobuf:"varint,4,rep,packed,name=allowed_modes,json=allowedModes,proto3,enum=lucius.v1.Mode" json:"allowed_modes,omitempty"`
 	RefPolicy     *RefPolicy `protobuf:"bytes,5,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
+	// Days the tenant's finished jobs are kept (0: forever).
+	RetentionDays int32 `protobuf:"varint,6,opt,name=retention_days,json=retentionDays,proto3" json:"retention_days,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,6 +1076,13 @@ func (x *EffectiveConfig) GetRefPolicy() *RefPolicy {
 		return x.RefPolicy
 	}
 	return nil
+}
+
+func (x *EffectiveConfig) GetRetentionDays() int32 {
+	if x != nil {
+		return x.RetentionDays
+	}
+	return 0
 }
 
 // GetGlobalConfigRequest is empty.
@@ -1635,7 +1666,7 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"f\n" +
 	"\x12ListPausesResponse\x12(\n" +
 	"\x06pauses\x18\x01 \x03(\v2\x10.lucius.v1.PauseR\x06pauses\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf2\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x03\n" +
 	"\fGlobalConfig\x12<\n" +
 	"\fdefault_mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\vdefaultMode\x122\n" +
 	"\x06limits\x18\x02 \x01(\v2\x1a.lucius.v1.AdmissionLimitsR\x06limits\x123\n" +
@@ -1647,7 +1678,8 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1d\n" +
 	"\n" +
-	"updated_by\x18\a \x01(\tR\tupdatedBy\"\x9b\x02\n" +
+	"updated_by\x18\a \x01(\tR\tupdatedBy\x122\n" +
+	"\x0eretention_days\x18\b \x01(\x05B\v\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00R\rretentionDays\"\x9b\x02\n" +
 	"\x0fAdmissionLimits\x12<\n" +
 	"\x16global_max_active_jobs\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13globalMaxActiveJobs\x12<\n" +
 	"\x16tenant_max_active_jobs\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13tenantMaxActiveJobs\x12G\n" +
@@ -1658,7 +1690,7 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x05hosts\x18\x02 \x03(\tB=\xbaH:\x92\x017\x10d\x18\x01\"1r/2-^(\\*\\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$R\x05hosts\x12T\n" +
 	"\n" +
 	"containers\x18\x03 \x03(\tB4\xbaH1\x92\x01.\x10d\x18\x01\"(r&2$^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$R\n" +
-	"containers\"\xb6\x05\n" +
+	"containers\"\x82\x06\n" +
 	"\fTenantConfig\x12K\n" +
 	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12-\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x124\n" +
@@ -1674,14 +1706,16 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x0fkey_rate_limits\x18\n" +
 	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimits\x12\x1d\n" +
 	"\n" +
-	"updated_by\x18\v \x01(\tR\tupdatedByB\x12\n" +
-	"\x10_max_active_jobs\"w\n" +
+	"updated_by\x18\v \x01(\tR\tupdatedBy\x127\n" +
+	"\x0eretention_days\x18\f \x01(\x05B\v\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00H\x01R\rretentionDays\x88\x01\x01B\x12\n" +
+	"\x10_max_active_jobsB\x11\n" +
+	"\x0f_retention_days\"w\n" +
 	"\tRateLimit\x12G\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x80\x84.A!\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
 	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\"\xba\x01\n" +
 	"\fKeyRateLimit\x12x\n" +
 	"\x05field\x18\x01 \x01(\tBb\xbaH_r]2[^(doc_id|correlation_id|idempotency_key|request_type|payload\\.[A-Za-z_][A-Za-z0-9_]{0,63})$R\x05field\x120\n" +
-	"\x04rate\x18\x02 \x01(\v2\x14.lucius.v1.RateLimitB\x06\xbaH\x03\xc8\x01\x01R\x04rate\"\xea\x01\n" +
+	"\x04rate\x18\x02 \x01(\v2\x14.lucius.v1.RateLimitB\x06\xbaH\x03\xc8\x01\x01R\x04rate\"\x91\x02\n" +
 	"\x0fEffectiveConfig\x12#\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeR\x04mode\x12\x1f\n" +
 	"\vmode_source\x18\x02 \x01(\tR\n" +
@@ -1689,7 +1723,8 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x0fmax_active_jobs\x18\x03 \x01(\x05R\rmaxActiveJobs\x124\n" +
 	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeR\fallowedModes\x123\n" +
 	"\n" +
-	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\"\x18\n" +
+	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\x12%\n" +
+	"\x0eretention_days\x18\x06 \x01(\x05R\rretentionDays\"\x18\n" +
 	"\x16GetGlobalConfigRequest\"J\n" +
 	"\x17GetGlobalConfigResponse\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"T\n" +

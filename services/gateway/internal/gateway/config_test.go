@@ -50,7 +50,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 	}
 	rev := global["revision"].(string)
 	code, g = f.rest(t, "PUT", "/v1/config/global", map[string]any{"default_mode": "MODE_DEFAULT", "revision": rev,
-		"retry_after_seconds": 3, "limits": map[string]any{"tenant_max_active_jobs": 2},
+		"retry_after_seconds": 3, "limits": map[string]any{"tenant_max_active_jobs": 2}, "retention_days": 30,
 		"ref_policy": map[string]any{"schemes": []string{"file", "https", "az"}}})
 	if code != http.StatusOK {
 		t.Fatalf("update global: %d %v", code, g)
@@ -67,6 +67,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 		{map[string]any{"ref_policy": map[string]any{"schemes": []string{"FTP!"}}}, "config.ref_policy.schemes[0]"},
 		{map[string]any{"max_active_jobs": -1}, "config.max_active_jobs"},
 		{map[string]any{"allowed_modes": []string{"MODE_UNSPECIFIED"}}, "config.allowed_modes[0]"},
+		{map[string]any{"retention_days": -1}, "config.retention_days"},
 	}
 	for _, tt := range invalid {
 		if code, body := f.rest(t, "PUT", "/v1/config/tenants/acme", tt.body); code != http.StatusBadRequest || !hasFieldViolation(body, tt.field) {
@@ -93,7 +94,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 	}
 
 	// Raising the tenant's own limit applies at once.
-	code, tc := f.rest(t, "PUT", "/v1/config/tenants/%20ACME", map[string]any{"max_active_jobs": 3,
+	code, tc := f.rest(t, "PUT", "/v1/config/tenants/%20ACME", map[string]any{"max_active_jobs": 3, "retention_days": 0,
 		"ref_policy": map[string]any{"schemes": []string{"file"}, "containers": []string{"data"}}})
 	if code != http.StatusOK || tc["config"].(map[string]any)["tenant_id"] != "acme" {
 		t.Fatalf("update tenant: %d %v", code, tc)
@@ -111,7 +112,15 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 	if code != http.StatusOK || eff["max_active_jobs"] != float64(3) || eff["mode"] != "MODE_DEFAULT" || eff["mode_source"] != "GLOBAL_CONFIG" {
 		t.Fatalf("get tenant: %d %v", code, got)
 	}
+	// retention_days 0 is the tenant's own "forever", not "inherit the global 30".
+	if own := got["config"].(map[string]any); own["retention_days"] != float64(0) || eff["retention_days"] != nil {
+		t.Fatalf("tenant retention: config %v, effective %v", own["retention_days"], eff["retention_days"])
+	}
 	f.rest(t, "PUT", "/v1/config/tenants/beta", map[string]any{"mode": "MODE_BURST"})
+	code, inherit := f.rest(t, "GET", "/v1/config/tenants/beta", nil)
+	if e, _ := inherit["effective"].(map[string]any); code != http.StatusOK || e["retention_days"] != float64(30) {
+		t.Fatalf("a tenant without its own retention inherits the global one: %d %v", code, inherit)
+	}
 	code, page := f.rest(t, "GET", "/v1/config/tenants?page_size=1", nil)
 	configs, _ := page["configs"].([]any)
 	if code != http.StatusOK || len(configs) != 1 || page["next_page_token"] == nil {

@@ -163,8 +163,8 @@ func refsToProto(p config.RefPolicy) *luciusv1.RefPolicy {
 func globalFromProto(p *luciusv1.GlobalConfig) config.Global {
 	l := p.GetLimits()
 	g := config.Global{DefaultMode: modeFromProto(p.GetDefaultMode()), Refs: refsFromProto(p.GetRefPolicy()),
-		RetryAfter: time.Duration(p.GetRetryAfterSeconds()) * time.Second,
-		Limits:     config.Limits{Global: int(l.GetGlobalMaxActiveJobs()), Tenant: int(l.GetTenantMaxActiveJobs())}}
+		RetryAfter: time.Duration(p.GetRetryAfterSeconds()) * time.Second, RetentionDays: int(p.GetRetentionDays()),
+		Limits: config.Limits{Global: int(l.GetGlobalMaxActiveJobs()), Tenant: int(l.GetTenantMaxActiveJobs())}}
 	for mode, n := range map[routing.Mode]int32{routing.ModeDefault: l.GetDefaultLaneMaxActiveJobs(), routing.ModeBurst: l.GetBurstLaneMaxActiveJobs()} {
 		if n > 0 {
 			if g.Limits.Lanes == nil {
@@ -179,7 +179,7 @@ func globalFromProto(p *luciusv1.GlobalConfig) config.Global {
 func globalToProto(g config.Global) *luciusv1.GlobalConfig {
 	return &luciusv1.GlobalConfig{DefaultMode: modeToProto(g.DefaultMode), RefPolicy: refsToProto(g.Refs),
 		RetryAfterSeconds: int32(g.RetryAfter / time.Second), Revision: g.Revision, UpdateTime: ts(g.UpdatedAt),
-		UpdatedBy: g.UpdatedBy,
+		UpdatedBy: g.UpdatedBy, RetentionDays: int32(g.RetentionDays),
 		Limits: &luciusv1.AdmissionLimits{GlobalMaxActiveJobs: int32(g.Limits.Global), TenantMaxActiveJobs: int32(g.Limits.Tenant),
 			DefaultLaneMaxActiveJobs: int32(g.Limits.Lanes[routing.ModeDefault]), BurstLaneMaxActiveJobs: int32(g.Limits.Lanes[routing.ModeBurst])}}
 }
@@ -204,6 +204,10 @@ func tenantFromProto(p *luciusv1.TenantConfig) config.Tenant {
 	}
 	for _, k := range p.GetKeyRateLimits() {
 		t.KeyRateLimits = append(t.KeyRateLimits, config.KeyRateLimit{Field: k.GetField(), Rate: rateFromProto(k.GetRate())})
+	}
+	if p.RetentionDays != nil {
+		n := int(p.GetRetentionDays())
+		t.RetentionDays = &n
 	}
 	return t
 }
@@ -236,12 +240,16 @@ func tenantToProto(t config.Tenant) *luciusv1.TenantConfig {
 	for _, k := range t.KeyRateLimits {
 		out.KeyRateLimits = append(out.KeyRateLimits, &luciusv1.KeyRateLimit{Field: k.Field, Rate: rateToProto(k.Rate)})
 	}
+	if t.RetentionDays != nil {
+		n := int32(*t.RetentionDays)
+		out.RetentionDays = &n
+	}
 	return out
 }
 
 func effectiveToProto(e config.Effective) *luciusv1.EffectiveConfig {
 	out := &luciusv1.EffectiveConfig{Mode: modeToProto(e.Mode), ModeSource: string(routing.SourceTenantConfig),
-		MaxActiveJobs: int32(e.MaxActive), RefPolicy: refsToProto(e.Refs)}
+		MaxActiveJobs: int32(e.MaxActive), RefPolicy: refsToProto(e.Refs), RetentionDays: int32(e.RetentionDays)}
 	if e.Mode == "" {
 		out.Mode, out.ModeSource = modeToProto(e.GlobalMode), string(routing.SourceGlobalConfig)
 		if e.GlobalMode == "" {

@@ -48,6 +48,7 @@ func configure(e *env.Reader) (reconciler.Config, error) {
 			DeadLetters: sweep(e, "DEADLETTER"),
 			Slots:       sweep(e, "SLOTS"),
 			Polls:       sweep(e, "POLL"),
+			Retention:   sweep(e, "RETENTION"),
 		},
 	}
 	cfg.Callbacks = reconciler.CallbackConfig{

@@ -11,10 +11,11 @@ import (
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/pgbus"
+	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, pgbus.Migrations) }
+func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrations, pgbus.Migrations, config.Migrations) }
 
 // onlySend hides pgbus's bus.TxPublisher: the dispatcher must take the
 // leased path, as it does for a bus without it (Azure Service Bus).

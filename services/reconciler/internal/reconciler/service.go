@@ -167,6 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}}
 	defer dead.close()
 	loops := append(sweepers(store, eng, cfg.Sweepers, staleOutbox(store, declare)),
+		retentionSweeper(store, live, cfg.Sweepers.Retention, time.Now),
 		func(ctx context.Context, m *sweepMetrics) {
 			loop.Every(ctx, cfg.Sweepers.DeadLetters.Interval, true, func(ctx context.Context) { dead.round(ctx, m) })
 		})

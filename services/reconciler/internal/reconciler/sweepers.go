@@ -66,6 +66,9 @@ type SweepersConfig struct {
 	// Polls: steps waiting in POLLING whose node's poll_interval has passed
 	// are dispatched again, or fail POLL_TIMEOUT after poll_timeout (every 1s).
 	Polls SweepConfig
+	// Retention: finished jobs older than their tenant's retention_days are
+	// deleted, BatchSize jobs per transaction (every 1m).
+	Retention SweepConfig
 }
 
 func (c *SweepersConfig) defaults() {
@@ -78,6 +81,7 @@ func (c *SweepersConfig) defaults() {
 	c.DeadLetters.defaults(30*time.Second, 0)
 	c.Slots.defaults(time.Minute, 0)
 	c.Polls.defaults(time.Second, 0)
+	c.Retention.defaults(time.Minute, 0)
 }
 
 // sweeper is one drift-repair loop: scan for candidates, then repair each
@@ -102,7 +106,7 @@ type sweepMetrics struct {
 func newSweepMetrics(log *slog.Logger) (*sweepMetrics, error) {
 	meter := otel.Meter("lucius/reconciler")
 	actions, err := meter.Int64Counter("lucius_sweeper_actions_total",
-		metric.WithDescription("Sweeper repairs, by sweeper and outcome (RETRIED, FAILED_FINAL, CLOSED, REENQUEUED, REQUEUED, REPORTED, COLLECTED, REPAIRED)."))
+		metric.WithDescription("Sweeper repairs, by sweeper and outcome (RETRIED, FAILED_FINAL, CLOSED, REENQUEUED, REQUEUED, REPORTED, COLLECTED, REPAIRED; retention: PURGED jobs)."))
 	if err != nil {
 		return nil, err
 	}
