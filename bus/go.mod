@@ -42,7 +42,4 @@ require (
 
 require github.com/lucius-platform/lucius/base v0.1.0
 
-
 replace github.com/lucius-platform/lucius/base => ../base
-
-

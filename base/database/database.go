@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lucius-platform/lucius/base/migrate"
@@ -35,6 +38,15 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		cfg.ConnConfig.RuntimeParams["application_name"] = filepath.Base(os.Args[0])
 	}
+	// Queries made under a recorded span become its children (db.system
+	// postgresql, the statement, rows affected); otelpgx also reports every
+	// query's duration (db.client.operation.duration). Telemetry must be set
+	// up first: the tracer takes the global providers now.
+	var tracer pgx.QueryTracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName())
+	if cfg.ConnConfig.Tracer != nil {
+		tracer = multitracer.New(cfg.ConnConfig.Tracer, tracer)
+	}
+	cfg.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)

@@ -51,11 +51,10 @@ func run[C any](service string, configure func(*env.Reader) (C, error), start fu
 // TelemetryConfig reads the shared telemetry variables.
 func TelemetryConfig(e *env.Reader, service string) telemetry.Config {
 	return telemetry.Config{
-		Service:      service,
-		Instance:     e.String("LUCIUS_INSTANCE", service),
-		LogLevel:     e.String("LUCIUS_LOG_LEVEL", "info"),
-		LogFormat:    e.String("LUCIUS_LOG_FORMAT", "json"),
-		OTLPEndpoint: e.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-		Pprof:        e.Bool("LUCIUS_PPROF", false),
+		Service:   service,
+		Instance:  e.String("LUCIUS_INSTANCE", service),
+		LogLevel:  e.String("LUCIUS_LOG_LEVEL", "info"),
+		LogFormat: e.String("LUCIUS_LOG_FORMAT", "json"),
+		Pprof:     e.Bool("LUCIUS_PPROF", false),
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/lucius-platform/lucius/base/loop"
 )
 
 // Endpoint is a service's network surface: its gRPC server and, on a second
@@ -100,17 +102,42 @@ func (e *Endpoint) GRPCAddr() string { return e.grpcL.Addr().String() }
 // HTTPAddr is the HTTP listener's address.
 func (e *Endpoint) HTTPAddr() string { return e.httpL.Addr().String() }
 
-// Serve marks the service healthy and serves until ctx ends, then shuts both
-// servers down within grace. It closes the endpoint.
+// Serve serves until ctx ends, then shuts both servers down within grace. It
+// closes the endpoint. gRPC health (grpc.health.v1, service "") follows
+// ready, as /readyz does: SERVING while it answers, NOT_SERVING while it
+// fails (the database or the bus unreachable) and from the moment the
+// endpoint starts draining.
 func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Handler, ready ReadyFunc) error {
 	defer e.conn.Close()
-	e.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	e.followReadiness(ready, ReadinessInterval)
+	serving, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	go func() {
+		loop.Every(serving, ReadinessInterval, false, func(context.Context) { e.followReadiness(ready, ReadinessInterval) })
+		e.health.Shutdown() // NOT_SERVING from now on: draining
+	}()
 	if ops != nil {
 		ops = e.guard.HTTP(ops)
 	}
 	rest := LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
 	httpServer := NewHTTPServer(NewHTTPMux(rest, ops, ready), e.limits)
 	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
+}
+
+// ReadinessInterval is how often gRPC health asks the readiness check.
+var ReadinessInterval = 2 * time.Second
+
+// followReadiness sets the gRPC health status from one readiness check.
+func (e *Endpoint) followReadiness(ready ReadyFunc, timeout time.Duration) {
+	status := healthpb.HealthCheckResponse_SERVING
+	if ready != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if ready(ctx) != nil {
+			status = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+	}
+	e.health.SetServingStatus("", status)
 }
 
 // Close releases an endpoint that will not Serve.

@@ -1,12 +1,14 @@
 // Package telemetry sets up what every Lucius process reports: structured logs
 // (log/slog, JSON, with trace and span ids from the context), OpenTelemetry
-// traces (exported over OTLP when an endpoint is configured; always propagated
-// across gRPC and the bus) and metrics (served for Prometheus at /metrics).
+// traces (exported as the standard OTEL_* environment says, through the
+// contrib autoexport package; always propagated across gRPC and the bus) and
+// metrics (served for Prometheus at /metrics).
 package telemetry
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -41,9 +43,8 @@ type Config struct {
 	LogFormat string
 	// LogOutput defaults to stderr.
 	LogOutput io.Writer
-	// OTLPEndpoint (host:port, gRPC, insecure) receives spans; empty exports none.
-	OTLPEndpoint string
-	// SpanExporter overrides OTLPEndpoint; tests use an in-memory exporter.
+	// SpanExporter overrides the exporter the environment configures; tests
+	// use an in-memory exporter.
 	SpanExporter sdktrace.SpanExporter
 	// Pprof serves Go's profiler at /debug/pprof/ next to /metrics.
 	Pprof bool
@@ -70,8 +71,11 @@ type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	// Ops serves /metrics (Prometheus) and, when enabled, /debug/pprof/.
-	Ops      http.Handler
-	shutdown []func(context.Context) error
+	Ops http.Handler
+	// Exporting reports whether spans are exported (recorded at all): the
+	// database tracer is installed only then.
+	Exporting bool
+	shutdown  []func(context.Context) error
 }
 
 // Setup builds the providers and installs them as the OpenTelemetry globals
@@ -96,21 +100,28 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	logger := slog.New(traceHandler{handler.WithAttrs(attrs)})
 
-	res := resource.NewSchemaless(attribute.String("service.name", "lucius-"+cfg.Service),
-		attribute.String("service.instance.id", cfg.Instance))
+	res, err := newResource(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	t := &Telemetry{Logger: logger}
 
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	exporter := cfg.SpanExporter
-	if exporter == nil && cfg.OTLPEndpoint != "" {
-		var err error
-		exporter, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint), otlptracegrpc.WithInsecure())
-		if err != nil {
+	if exporter == nil {
+		if exporter, err = envSpanExporter(ctx); err != nil {
 			return nil, err
 		}
 	}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if exporter != nil {
+		// The sampler comes from OTEL_TRACES_SAMPLER (default: parent-based,
+		// always on).
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exporter))
+		t.Exporting = true
+	} else {
+		// Nothing reads the spans: record none. Their contexts (trace and
+		// span ids) still travel across gRPC and the bus and mark the logs.
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	t.TracerProvider = tp
@@ -138,6 +149,41 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
+}
+
+// newResource describes the process: service.name "lucius-<service>" and
+// service.instance.id, then what OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES say (they win), and the SDK's own attributes.
+func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "lucius-"+cfg.Service),
+			attribute.String("service.instance.id", cfg.Instance)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if errors.Is(err, resource.ErrPartialResource) {
+		err = nil // a malformed OTEL_RESOURCE_ATTRIBUTES entry is skipped, the rest kept
+	}
+	return res, err
+}
+
+// envSpanExporter is the span exporter the standard environment configures
+// (OTEL_TRACES_EXPORTER: otlp, console or none; OTEL_EXPORTER_OTLP_PROTOCOL:
+// http/protobuf, the default, or grpc; OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT,
+// _HEADERS, _CERTIFICATE, _INSECURE…): TLS unless the endpoint's scheme is
+// http or OTEL_EXPORTER_OTLP_INSECURE is true. nil when the environment
+// names neither an exporter nor an endpoint, or names none.
+func envSpanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	if os.Getenv("OTEL_TRACES_EXPORTER") == "" && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" &&
+		os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, nil
+	}
+	exp, err := autoexport.NewSpanExporter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: span exporter from OTEL_* environment: %w", err)
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return nil, nil
+	}
+	return exp, nil
 }
 
 // Shutdown flushes and stops the providers.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -256,19 +257,37 @@ func (d *dispatcher) send(ctx context.Context, dest string, batch []ledger.Outbo
 		msgs[i] = bus.Message{ID: m.MessageID, Body: m.Body, ContentType: m.ContentType, Properties: m.Properties,
 			Key: m.Key, CorrelationID: m.CorrelationID, Subject: m.Subject, ScheduledAt: m.ScheduledAt, Priority: m.Priority}
 	}
-	// One span per batch, linked to the trace each message carries.
+	// One span per batch, linked to the trace each message carries, and in
+	// each message's own trace a span for its relay, a child of the work that
+	// enqueued it, so that a job's trace shows every hop.
 	var links []trace.Link
+	var relays []trace.Span
+	tracer := otel.Tracer("lucius/reconciler")
 	for _, m := range batch {
 		mctx := otel.GetTextMapPropagator().Extract(context.Background(), bus.PropertiesCarrier(m.Properties))
 		if sc := trace.SpanContextFromContext(mctx); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
+			_, relay := tracer.Start(mctx, "outbox relay "+dest, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(attribute.String("messaging.destination.name", dest), attribute.String("messaging.message.id", m.MessageID)))
+			relays = append(relays, relay)
 		}
 	}
-	ctx, span := otel.Tracer("lucius/reconciler").Start(ctx, "outbox publish "+dest,
+	ctx, span := tracer.Start(ctx, "outbox publish "+dest,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
 		trace.WithAttributes(attribute.String("messaging.destination.name", dest), attribute.Int("messaging.batch.message_count", len(msgs))))
-	defer span.End()
-	return sendFn(ctx, msgs...)
+	err := sendFn(ctx, msgs...)
+	for _, relay := range relays {
+		relay.AddLink(trace.Link{SpanContext: span.SpanContext()})
+		if err != nil {
+			relay.SetStatus(codes.Error, err.Error())
+		}
+		relay.End()
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return err
 }
 
 func (d *dispatcher) sender(ctx context.Context, dest string) (bus.Sender, error) {

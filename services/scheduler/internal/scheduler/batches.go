@@ -65,7 +65,7 @@ func (s *Scheduler) detect(ctx context.Context, now time.Time, sr *runbook.Store
 // init_dispatched); without init steps the batch is active at once.
 func (s *Scheduler) detectBatch(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, start time.Time) error {
 	rb := sr.Runbook
-	return s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "detect batch", func(ctx context.Context, q pgx.Tx, em *emitter) error {
 		if active, err := lockActiveVersion(ctx, q, sr.ID); err != nil || !active {
 			return err
 		}

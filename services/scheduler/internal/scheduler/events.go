@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
 
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
@@ -122,6 +124,7 @@ func (e *emitter) enqueue(ctx context.Context, tx *ledger.Tx) error {
 			continue
 		}
 		seen[o.msg.MessageID] = true
+		otel.GetTextMapPropagator().Inject(ctx, bus.PropertiesCarrier(o.msg.Properties))
 		tx.Enqueue(o.msg)
 		kept = append(kept, o)
 	}

@@ -83,7 +83,7 @@ type changed struct {
 // member-removed. The writes are conditional as well.
 func (s *Scheduler) syncMembers(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64) error {
 	rb := sr.Runbook
-	return s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "member changes", func(ctx context.Context, q pgx.Tx, em *emitter) error {
 		var start time.Time
 		err := q.QueryRow(ctx, sqlLockLiveBatch, batchID, sr.ID, memberStatuses).Scan(&start)
 		if errors.Is(err, pgx.ErrNoRows) {

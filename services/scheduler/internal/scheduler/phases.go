@@ -56,7 +56,7 @@ type duePhase struct {
 func (s *Scheduler) dispatchPhases(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64, limit int) (int, error) {
 	rb := sr.Runbook
 	dispatched := 0
-	err := s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	err := s.inTx(ctx, "dispatch phases", func(ctx context.Context, q pgx.Tx, em *emitter) error {
 		dispatched = 0
 		var start time.Time
 		err := q.QueryRow(ctx, sqlLockLiveBatch, batchID, sr.ID, []string{runbook.BatchActive}).Scan(&start)

@@ -45,7 +45,7 @@ type pollRow struct {
 }
 
 func (s *Scheduler) pollTable(ctx context.Context, now time.Time, table, query string) error {
-	return s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "poll check", func(ctx context.Context, q pgx.Tx, em *emitter) error {
 		rows, err := q.Query(ctx, query, now, s.batch)
 		if err != nil {
 			return err

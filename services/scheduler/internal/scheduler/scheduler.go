@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lucius-platform/lucius/base/telemetry"
@@ -142,12 +143,22 @@ func (s *Scheduler) version(ctx context.Context, now time.Time, id int64) (err e
 
 // inTx runs fn in a ledger transaction with its own timeout; the events fn
 // adds to its emitter are enqueued in the same transaction, and counted and
-// its notes logged once it committed.
-func (s *Scheduler) inTx(ctx context.Context, fn func(ctx context.Context, q pgx.Tx, em *emitter) error) error {
+// its notes logged once it committed. Each runs in a span of its own
+// ("scheduler <op>", one per batch and stage: the scheduler acts on time, not
+// on a message), whose context the emitted events carry to the orchestrator.
+func (s *Scheduler) inTx(ctx context.Context, op string, fn func(ctx context.Context, q pgx.Tx, em *emitter) error) (err error) {
+	ctx, span := otel.Tracer("lucius/scheduler").Start(ctx, "scheduler "+op)
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	tctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var em *emitter
-	err := s.store.InTx(tctx, func(tx *ledger.Tx) error {
+	err = s.store.InTx(tctx, func(tx *ledger.Tx) error {
 		em = &emitter{} // fresh on a retried transaction
 		if err := fn(tctx, tx.SQL(), em); err != nil {
 			return err

@@ -67,7 +67,7 @@ func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.
 // the new version's init steps run again for the batch.
 func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64) error {
 	rb := sr.Runbook
-	return s.inTx(ctx, func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "version transition", func(ctx context.Context, q pgx.Tx, em *emitter) error {
 		if active, err := lockActiveVersion(ctx, q, sr.ID); err != nil || !active {
 			return err
 		}
