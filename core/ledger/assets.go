@@ -1,33 +1,36 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/gowebpki/jcs"
 	"github.com/jackc/pgx/v5"
 )
 
 // AssetIDOf is the id of the asset a platform's identifiers name:
-// hex(SHA-256(platform_id | canonical platform_refs))[:32], the refs as
-// compact JSON with sorted keys and no HTML escaping (what
-// json.dumps(refs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-// writes). External ids never become keys themselves.
+// hex(SHA-256(platform_id | canonical platform_refs))[:32], the refs in RFC
+// 8785 canonical JSON: compact, sorted keys, no HTML escaping (for the
+// ASCII and BMP text ids are made of, what json.dumps(refs, sort_keys=True,
+// separators=(",", ":"), ensure_ascii=False) writes). External ids never
+// become keys themselves.
 func AssetIDOf(platformID string, platformRefs map[string]string) string {
 	if platformRefs == nil {
 		platformRefs = map[string]string{}
 	}
-	var canonical bytes.Buffer
-	enc := json.NewEncoder(&canonical)
-	enc.SetEscapeHTML(false)     // plain JSON: <, > and & as themselves
-	_ = enc.Encode(platformRefs) // maps encode with sorted keys; strings cannot fail
-	sum := sha256.Sum256([]byte(platformID + "|" + strings.TrimSuffix(canonical.String(), "\n")))
+	// Compact JSON with sorted keys (seed 001), made exact by RFC 8785 (JCS):
+	// key order by UTF-16 code units, minimal escapes.
+	raw, _ := json.Marshal(platformRefs) // strings cannot fail
+	canonical, err := jcs.Transform(raw)
+	if err != nil {
+		panic("ledger: canonical platform_refs: " + err.Error()) // json.Marshal's output is JSON
+	}
+	sum := sha256.Sum256([]byte(platformID + "|" + string(canonical)))
 	return hex.EncodeToString(sum[:])[:32]
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gowebpki/jcs"
+
 	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/bus/routing"
@@ -171,7 +173,8 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 	return a, nil, nil
 }
 
-// canonicalForm is the command as JSON with sorted keys and the tenant
+// canonicalForm is the command in RFC 8785 canonical JSON (JCS: sorted keys,
+// no insignificant whitespace, minimal escapes, ES6 numbers) with the tenant
 // normalized: what makes two commands "the same request". The idempotency key,
 // correlation id and priority are excluded (they name, trace or order a
 // request, they do not change its work); the schema version counts only by
@@ -192,8 +195,12 @@ func canonicalForm(cmd *luciusv1.Command, tenant string) string {
 	if id := cmd.GetPlatformId(); id != "" { // only when set: older commands keep their job ids
 		form["platform_id"], form["platform_refs"] = id, cmd.GetPlatformRefs()
 	}
-	b, _ := json.Marshal(form) // maps marshal with sorted keys
-	return string(b)
+	b, _ := json.Marshal(form) // maps, strings and numbers: cannot fail
+	canonical, err := jcs.Transform(b)
+	if err != nil {
+		panic("gateway: canonical form of a command: " + err.Error()) // json.Marshal's output is JSON
+	}
+	return string(canonical)
 }
 
 func sha256Hex(s string) string {

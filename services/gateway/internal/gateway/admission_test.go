@@ -322,3 +322,18 @@ func TestAdmitAppliesTheTenantConfiguration(t *testing.T) {
 		})
 	}
 }
+
+// The canonical form is RFC 8785 JSON: sorted keys, no insignificant space,
+// no HTML escaping, ES6 numbers; equal commands written differently agree.
+func TestCanonicalFormIsJCS(t *testing.T) {
+	t.Parallel()
+	payload, _ := structpb.NewStruct(map[string]any{"z": 1.0, "a": []any{"<b>", 2.5, 1e21}})
+	cmd := &luciusv1.Command{TenantId: "acme", RequestType: "OCR", InputRef: "file:///in?a=1&b=2", OutputRef: "file:///out",
+		Payload: payload, SchemaVersion: "1.2", CallbackUrl: "https://example.com/cb?x=1&y=2"}
+	want := `{"callback_url":"https://example.com/cb?x=1&y=2","doc_id":"","input_ref":"file:///in?a=1&b=2",` +
+		`"mode":"MODE_UNSPECIFIED","output_ref":"file:///out","payload":{"a":["<b>",2.5,1e+21],"z":1},` +
+		`"request_type":"OCR","schema_version":"1","tenant_id":"acme"}`
+	if got := canonicalForm(cmd, "acme"); got != want {
+		t.Fatalf("canonical form\n got %s\nwant %s", got, want)
+	}
+}
