@@ -28,7 +28,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
-	github.com/gowebpki/jcs v1.0.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -73,6 +72,7 @@ require (
 )
 
 require (
+	github.com/gowebpki/jcs v1.0.1
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0

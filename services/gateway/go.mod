@@ -29,7 +29,6 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/gowebpki/jcs v1.0.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -73,6 +72,7 @@ require (
 )
 
 require (
+	github.com/gowebpki/jcs v1.0.1
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0
