@@ -75,6 +75,10 @@ var MethodRoles = map[string][]Role{
 	luciusv1.CallbackService_GetDirective_FullMethodName:     workerOnly,
 	luciusv1.CallbackService_RecordCheckpoint_FullMethodName: workerOnly,
 
+	// A console session cannot mint tickets (the handler refuses it): only
+	// the principal's own token or certificate can.
+	luciusv1.ConsoleService_CreateConsoleTicket_FullMethodName: partnerOrOperator,
+
 	// Reflection describes the API, not its data: any authenticated caller.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      anyRole,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": anyRole,
