@@ -73,12 +73,15 @@ require (
 )
 
 require (
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/jhump/protoreflect/v2 v2.0.0-beta.1 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 )
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0
@@ -92,4 +95,3 @@ replace github.com/lucius-platform/lucius/base => ../base
 replace github.com/lucius-platform/lucius/bus => ../bus
 
 replace github.com/lucius-platform/lucius/core => ../core
-
