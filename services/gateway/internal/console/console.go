@@ -6,7 +6,9 @@
 // authenticates REST calls as the same principal (the guard resolves it
 // through Store), so roles and tenant scoping are exactly the API's. A
 // change sent with the cookie must carry the session's CSRF token in
-// X-CSRF-Token; bearer-token calls are untouched.
+// X-CSRF-Token; bearer-token calls are untouched. With OIDC configured,
+// browsers may also sign in at the identity provider (authorization code
+// with PKCE); its access token's principal opens the session.
 package console
 
 import (
@@ -39,6 +41,9 @@ type Config struct {
 	// SessionTTL is how long a session lasts (8h). A session keeps the
 	// principal it was opened for until it ends or the user signs out.
 	SessionTTL time.Duration
+	// OIDC, when set, offers sign-in at the identity provider besides
+	// lucius ui's tickets (URL is then required).
+	OIDC *OIDC
 }
 
 func (c *Config) defaults() {
@@ -65,6 +70,9 @@ func (c Config) Validate() error {
 	if c.SessionTTL < 0 {
 		errs = append(errs, errors.New("console session TTL must not be negative"))
 	}
+	if c.OIDC != nil {
+		errs = append(errs, c.OIDC.validate(c.URL))
+	}
 	return errors.Join(errs...)
 }
 
@@ -73,19 +81,22 @@ type Console struct {
 	luciusv1.UnimplementedConsoleServiceServer
 	cfg      Config
 	store    *Store
+	authn    *auth.Authenticator
+	idp      provider
 	httpAddr string
 	log      *slog.Logger
 }
 
 var _ luciusv1.ConsoleServiceServer = (*Console)(nil)
 
-// New returns the console of a gateway whose HTTP listener is httpAddr.
-func New(cfg Config, store *Store, httpAddr string, log *slog.Logger) (*Console, error) {
+// New returns the console of a gateway whose HTTP listener is httpAddr;
+// authn checks the access tokens of OIDC sign-ins (the API's own trust).
+func New(cfg Config, store *Store, authn *auth.Authenticator, httpAddr string, log *slog.Logger) (*Console, error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg, store: store, httpAddr: httpAddr, log: log}, nil
+	return &Console{cfg: cfg, store: store, authn: authn, httpAddr: httpAddr, log: log}, nil
 }
 
 // CreateConsoleTicket mints a login ticket for the caller.

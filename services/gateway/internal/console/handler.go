@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -35,7 +36,10 @@ const (
 const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-var signinPage = template.Must(template.ParseFS(webFiles, "web/signin.html"))
+var (
+	signinPage   = template.Must(template.ParseFS(webFiles, "web/signin.html"))
+	signedInPage = template.Must(template.ParseFS(webFiles, "web/signedin.html"))
+)
 
 // SessionMetadata is the REST mux option (runtime.WithMetadata) that hands
 // a request's session cookie to the guard as auth.SessionMetadata.
@@ -53,6 +57,10 @@ func (c *Console) Front(rest http.Handler) http.Handler {
 	static, _ := fs.Sub(webFiles, "web/static")
 	mux.Handle("GET /ui/static/", secured(http.StripPrefix("/ui/static/", http.FileServerFS(static))))
 	mux.Handle("GET /ui/login", secured(http.HandlerFunc(c.login)))
+	if c.cfg.OIDC != nil {
+		mux.Handle("GET "+flowPath, secured(http.HandlerFunc(c.oidcStart)))
+		mux.Handle("GET "+flowPath+"/callback", secured(http.HandlerFunc(c.oidcCallback)))
+	}
 	mux.Handle("POST /ui/logout", secured(c.requireCSRF(http.HandlerFunc(c.logout))))
 	mux.Handle("GET /ui/session", secured(http.HandlerFunc(c.session)))
 	mux.Handle("GET /ui/", secured(http.HandlerFunc(c.page)))
@@ -111,22 +119,29 @@ func (c *Console) requireCSRF(next http.Handler) http.Handler {
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	ticket := r.URL.Query().Get("ticket")
 	if ticket == "" {
-		c.signin(w, http.StatusOK, "")
+		c.signin(w, r, http.StatusOK, "")
 		return
 	}
 	session, landing, expires, err := c.store.Redeem(r.Context(), ticket, c.cfg.SessionTTL)
 	if errors.Is(err, ErrTicketInvalid) {
-		c.signin(w, http.StatusUnauthorized, "This login link was used already or has expired. Run lucius ui again for a new one.")
+		c.signin(w, r, http.StatusUnauthorized, "This login link was used already or has expired. Run lucius ui again for a new one.")
 		return
 	}
 	if err != nil {
 		c.log.ErrorContext(r.Context(), "console: redeem ticket", telemetry.Err(err))
-		c.signin(w, http.StatusServiceUnavailable, "The console could not open a session; try again.")
+		c.signin(w, r, http.StatusServiceUnavailable, "The console could not open a session; try again.")
 		return
 	}
+	c.setSession(w, r, session, expires)
+	http.Redirect(w, r, landing, http.StatusSeeOther)
+}
+
+// setSession sets the session cookie: HttpOnly (no script reads it),
+// SameSite=Strict (no other site's request carries it), Path=/ (the REST API
+// is under /v1/).
+func (c *Console) setSession(w http.ResponseWriter, r *http.Request, session string, expires time.Time) {
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: session, Path: "/", Expires: expires,
 		MaxAge: int(time.Until(expires).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
-	http.Redirect(w, r, landing, http.StatusSeeOther)
 }
 
 // secure: cookies are Secure whenever the browser reaches the console over TLS.
@@ -179,7 +194,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 // session; anyone else goes to sign in.
 func (c *Console) page(w http.ResponseWriter, r *http.Request) {
 	if _, _, _, ok := c.live(w, r); !ok {
-		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(safeLanding(r.URL.Path)), http.StatusSeeOther)
 		return
 	}
 	body, _ := webFiles.ReadFile("web/index.html")
@@ -203,11 +218,17 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) (string, *auth.Pr
 	return cookie.Value, p, expires, true
 }
 
-func (c *Console) signin(w http.ResponseWriter, code int, problem string) {
+// signin answers the sign-in page: lucius ui's instructions, the
+// provider's sign-in when OIDC is set, and what went wrong, if anything.
+func (c *Console) signin(w http.ResponseWriter, r *http.Request, code int, problem string) {
+	data := struct{ Problem, OIDC string }{Problem: problem}
+	if c.cfg.OIDC != nil {
+		data.OIDC = flowPath + "?next=" + url.QueryEscape(safeLanding(r.URL.Query().Get("next")))
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
-	if err := signinPage.Execute(w, struct{ Problem string }{problem}); err != nil {
-		c.log.Error("console: sign-in page", telemetry.Err(err))
+	if err := signinPage.Execute(w, data); err != nil {
+		c.log.ErrorContext(r.Context(), "console: sign-in page", telemetry.Err(err))
 	}
 }
 

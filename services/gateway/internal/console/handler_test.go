@@ -19,7 +19,7 @@ import (
 func front(t *testing.T) (http.Handler, *Store, *clock) {
 	t.Helper()
 	s, c := newStore(t)
-	con, err := New(Config{}, s, "127.0.0.1:8080", slog.New(slog.DiscardHandler))
+	con, err := New(Config{}, s, nil, "127.0.0.1:8080", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +115,13 @@ func TestConsoleRoutesNeedASessionButLoginAndAssets(t *testing.T) {
 		location string
 		contains string
 	}{
-		{"the jobs page without a session", "GET", "/ui/jobs", nil, nil, http.StatusSeeOther, "/ui/login", ""},
-		{"a job page without a session", "GET", "/ui/jobs/" + strings.Repeat("a", 64), nil, nil, http.StatusSeeOther, "/ui/login", ""},
-		{"the root without a session", "GET", "/ui/", nil, nil, http.StatusSeeOther, "/ui/login", ""},
+		{"the jobs page without a session", "GET", "/ui/jobs", nil, nil, http.StatusSeeOther, "/ui/login?next=%2Fui%2Fjobs", ""},
+		{"a job page without a session", "GET", "/ui/jobs/" + strings.Repeat("a", 64), nil, nil, http.StatusSeeOther,
+			"/ui/login?next=%2Fui%2Fjobs%2F" + strings.Repeat("a", 64), ""},
+		{"the root without a session", "GET", "/ui/", nil, nil, http.StatusSeeOther, "/ui/login?next=%2Fui%2Fjobs", ""},
 		{"a page with a forged cookie", "GET", "/ui/jobs", &http.Cookie{Name: SessionCookie, Value: newSecret(sessionPrefix)}, nil,
-			http.StatusSeeOther, "/ui/login", ""},
+			http.StatusSeeOther, "/ui/login?next=%2Fui%2Fjobs", ""},
+		{"no provider sign-in without OIDC", "GET", "/ui/login/oidc", nil, nil, http.StatusSeeOther, "/ui/login?next=%2Fui%2Fjobs", ""},
 		{"the session without a session", "GET", "/ui/session", nil, nil, http.StatusUnauthorized, "", "UNAUTHENTICATED"},
 		{"the jobs page", "GET", "/ui/jobs", cookie, nil, http.StatusOK, "", `src="/ui/static/console.js"`},
 		{"a job page", "GET", "/ui/jobs/" + strings.Repeat("a", 64), cookie, nil, http.StatusOK, "", "<main"},
@@ -195,6 +197,10 @@ func TestConfigRefusesBadConsoleURLsAndTTLs(t *testing.T) {
 		{Config{URL: "https://lucius.example.com/console"}, false},
 		{Config{TicketTTL: time.Hour}, false},
 		{Config{SessionTTL: -time.Second}, false},
+		{Config{URL: "https://lucius.example.com", OIDC: &OIDC{Issuer: "https://idp.example/v2.0", ClientID: "console"}}, true},
+		{Config{OIDC: &OIDC{Issuer: "https://idp.example/v2.0", ClientID: "console"}}, false},
+		{Config{URL: "https://lucius.example.com", OIDC: &OIDC{Issuer: "https://idp.example/v2.0"}}, false},
+		{Config{URL: "https://lucius.example.com", OIDC: &OIDC{Issuer: "idp.example", ClientID: "console"}}, false},
 	} {
 		if err := tt.cfg.Validate(); (err == nil) != tt.ok {
 			t.Errorf("%+v: %v, want ok=%t", tt.cfg, err, tt.ok)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/process"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -97,7 +98,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	con, err := console.New(cfg.Console, sessions, ep.HTTPAddr(), log)
+	authn, err := auth.NewAuthenticator(cfg.Auth)
+	if err != nil {
+		ep.Close()
+		return err
+	}
+	con, err := console.New(cfg.Console, sessions, authn, ep.HTTPAddr(), log)
 	if err != nil {
 		ep.Close()
 		return err
