@@ -205,6 +205,9 @@ func TestConsoleInHeadlessChromium(t *testing.T) {
 		t.Fatalf("landed on %s", p)
 	}
 	b.screenshot(partner, "job")
+	if v := b.eval(partner, `String(document.querySelector('#nav a[data-page="runbooks"]') === null)`); v != "true" {
+		t.Fatal("a partner's console links to the operators' runbooks")
+	}
 	// The ticket worked once: a second browser gets the sign-in page.
 	again := b.tab()
 	b.do(again, "open the used login URL", chromedp.Navigate(login))

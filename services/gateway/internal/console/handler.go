@@ -55,7 +55,7 @@ func SessionMetadata(_ context.Context, r *http.Request) metadata.MD {
 func (c *Console) Front(rest http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(webFiles, "web/static")
-	mux.Handle("GET /ui/static/", secured(http.StripPrefix("/ui/static/", http.FileServerFS(static))))
+	mux.Handle("GET /ui/static/{file}", secured(http.StripPrefix("/ui/static/", http.FileServerFS(static))))
 	mux.Handle("GET /ui/login", secured(http.HandlerFunc(c.login)))
 	if c.cfg.OIDC != nil {
 		mux.Handle("GET "+flowPath, secured(http.HandlerFunc(c.oidcStart)))

@@ -131,6 +131,7 @@ func TestConsoleRoutesNeedASessionButLoginAndAssets(t *testing.T) {
 		{"a script", "GET", "/ui/static/console.js", nil, nil, http.StatusOK, "", "loadSession"},
 		{"the stylesheet", "GET", "/ui/static/console.css", nil, nil, http.StatusOK, "", "st-SUCCEEDED"},
 		{"a missing asset", "GET", "/ui/static/nope.js", nil, nil, http.StatusNotFound, "", ""},
+		{"no listing of the assets", "GET", "/ui/static/", nil, nil, http.StatusSeeOther, "/ui/login?next=%2Fui%2Fstatic%2F", ""},
 		{"logout without the token", "POST", "/ui/logout", cookie, nil, http.StatusForbidden, "", "CSRF_TOKEN_INVALID"},
 	} {
 		t.Run(tt.name, func(t *testing.T) { // not parallel: the cookie is logged out below

@@ -62,12 +62,14 @@ export function post(path, body) {
 // stream follows a watch RPC as Server-Sent Events. onMessage gets each
 // result; when the stream drops, it resumes after the last event seen
 // (resume(lastEventID) returns the URL), unless onEnd says it is over.
-export function stream(resume, onMessage, onEnd) {
+// onOpen runs each time the stream (re)opens.
+export function stream(resume, onMessage, onEnd, onOpen) {
   let last = 0;
   let source = null;
   let stopped = false;
   const open = () => {
     source = new EventSource(resume(last));
+    source.onopen = () => { if (onOpen) onOpen(); };
     source.onmessage = (m) => {
       const msg = JSON.parse(m.data);
       if (msg.error) return;

@@ -36,6 +36,10 @@ async function start() {
   }
   document.getElementById('who').textContent =
     `${me.principal} · ${(me.roles || []).join(', ')}${me.operator ? '' : ` · ${(me.tenants || []).join(', ')}`}`;
+  if (!me.operator) {
+    // Runbooks are the operators' (the API answers 403): no link to them.
+    document.querySelector('#nav a[data-page="runbooks"]')?.remove();
+  }
   const path = location.pathname;
   for (const [re, nav, page] of routes) {
     const m = path.match(re);

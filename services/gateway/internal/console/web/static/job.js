@@ -23,8 +23,10 @@ async function allEvents(id) {
 export async function jobPage(main, id) {
   let job, steps, events, workflow;
   try {
-    [{job}, {steps}, events] = await Promise.all([
-      get(`/v1/jobs/${id}`), get(`/v1/jobs/${id}/steps`, {view: 'STEP_VIEW_FULL', page_size: 5000}), allEvents(id)]);
+    // Events first: the steps read after them are at least as new, so the
+    // watch that follows the last event misses no change of theirs.
+    events = await allEvents(id);
+    [{job}, {steps}] = await Promise.all([get(`/v1/jobs/${id}`), get(`/v1/jobs/${id}/steps`, {view: 'STEP_VIEW_FULL', page_size: 5000})]);
     ({workflow} = await get(`/v1/workflows/${job.workflow_id}`, {version: job.workflow_version}).catch(() => ({})));
   } catch (err) {
     main.replaceChildren(h('h1', {}, 'Job'), problem(err));
@@ -88,7 +90,7 @@ export async function jobPage(main, id) {
     live.classList.remove('on');
     refresh();
     return true;
-  });
+  }, refresh); // on (re)open: re-read, for what changed while it was closed
   watch.start(last);
   live.textContent = 'live';
   live.classList.add('on');
