@@ -114,6 +114,12 @@ build: ## build the service binaries and dev tools into .build/bin
 	$(GO) build -o $(BIN)/lucius-chaos ./tools/cmd/lucius-chaos
 	$(GO) build -o $(BIN)/withpg ./tools/cmd/withpg
 
+# The console's browser test (tools/e2e TestConsoleInHeadlessChromium) drives
+# Debian's chromium; .ci/chromium installs it with apt-get when it is missing.
+.PHONY: chromium
+chromium: ## install Debian's chromium for the console's browser test, when missing
+	@.ci/chromium >/dev/null
+
 .PHONY: test
 # The end-to-end suites (tools/e2e: whole stacks of real processes, timing
 # real sweepers and leases) run after every other package, not beside them,
@@ -125,7 +131,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated breaking lint build sbbroker azurite ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated breaking lint build sbbroker azurite chromium ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

@@ -73,6 +73,7 @@ require (
 )
 
 require (
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/jhump/protoreflect/v2 v2.0.0-beta.1 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
@@ -90,6 +91,8 @@ require (
 )
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0

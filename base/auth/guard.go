@@ -23,9 +23,28 @@ import (
 // through its interceptors, and the operations endpoints through HTTP.
 // With a nil Authenticator every call but the health checks is refused.
 type Guard struct {
-	authn *Authenticator
-	roles map[string][]Role
-	log   *slog.Logger
+	authn    *Authenticator
+	sessions SessionStore
+	roles    map[string][]Role
+	log      *slog.Logger
+}
+
+// SessionStore resolves a console session id (the value of the gateway's
+// session cookie) to the principal that opened it; any error refuses the
+// call. The gateway's console implements it.
+type SessionStore interface {
+	Session(ctx context.Context, id string) (*Principal, error)
+}
+
+// SessionMetadata is the gRPC metadata key that carries a console session
+// id: the gateway's REST hop copies the session cookie there.
+const SessionMetadata = "lucius-session"
+
+// WithSessions makes the guard accept console sessions (after bearer tokens
+// and client certificates) and returns it.
+func (g *Guard) WithSessions(s SessionStore) *Guard {
+	g.sessions = s
+	return g
 }
 
 var _ server.Guard = (*Guard)(nil)
@@ -101,6 +120,15 @@ func (g *Guard) authenticate(ctx context.Context) (*Principal, error) {
 		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
 			return g.authn.AuthenticateCert(ti.State.VerifiedChains)
 		}
+	}
+	if ids := metadata.ValueFromIncomingContext(ctx, SessionMetadata); g.sessions != nil && len(ids) == 1 {
+		p, err := g.sessions.Session(ctx, ids[0])
+		if err != nil {
+			return nil, err
+		}
+		s := *p
+		s.Session = true
+		return &s, nil
 	}
 	return nil, ErrNoCredentials
 }

@@ -54,12 +54,13 @@ var MethodRoles = map[string][]Role{
 	luciusv1.ConfigService_ResumeWork_FullMethodName:         operatorOnly,
 	luciusv1.ConfigService_ListPauses_FullMethodName:         operatorOnly,
 
-	luciusv1.RunbookService_ApplyRunbook_FullMethodName: operatorOnly,
-	luciusv1.RunbookService_GetRunbook_FullMethodName:   operatorOnly,
-	luciusv1.RunbookService_ListRunbooks_FullMethodName: operatorOnly,
-	luciusv1.RunbookService_LoadMembers_FullMethodName:  operatorOnly,
-	luciusv1.RunbookService_ListBatches_FullMethodName:  operatorOnly,
-	luciusv1.RunbookService_GetBatch_FullMethodName:     operatorOnly,
+	luciusv1.RunbookService_ApplyRunbook_FullMethodName:     operatorOnly,
+	luciusv1.RunbookService_GetRunbook_FullMethodName:       operatorOnly,
+	luciusv1.RunbookService_ListRunbooks_FullMethodName:     operatorOnly,
+	luciusv1.RunbookService_LoadMembers_FullMethodName:      operatorOnly,
+	luciusv1.RunbookService_ListBatches_FullMethodName:      operatorOnly,
+	luciusv1.RunbookService_GetBatch_FullMethodName:         operatorOnly,
+	luciusv1.RunbookService_ListBatchMembers_FullMethodName: operatorOnly,
 
 	luciusv1.CircuitBreakerService_ListCircuitBreakers_FullMethodName: operatorOnly,
 	luciusv1.CircuitBreakerService_GetCircuitBreaker_FullMethodName:   operatorOnly,
@@ -73,6 +74,10 @@ var MethodRoles = map[string][]Role{
 	luciusv1.CallbackService_Heartbeat_FullMethodName:        workerOnly,
 	luciusv1.CallbackService_GetDirective_FullMethodName:     workerOnly,
 	luciusv1.CallbackService_RecordCheckpoint_FullMethodName: workerOnly,
+
+	// A console session cannot mint tickets (the handler refuses it): only
+	// the principal's own token or certificate can.
+	luciusv1.ConsoleService_CreateConsoleTicket_FullMethodName: partnerOrOperator,
 
 	// Reflection describes the API, not its data: any authenticated caller.
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      anyRole,

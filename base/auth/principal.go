@@ -52,6 +52,9 @@ type Principal struct {
 	Tenants []string
 	// Services a worker principal answers directives of.
 	Services []string
+	// Session is set when the call came with a console session (a browser's
+	// cookie) rather than the principal's own token or certificate.
+	Session bool `json:"-"`
 }
 
 // Has reports whether the principal holds role r.

@@ -34,6 +34,9 @@ type Service struct {
 	TLS server.TLSFiles
 	// Limits bound requests on both listeners (see server.Limits for the defaults).
 	Limits server.Limits
+	// Sessions, when set, lets console sessions authenticate calls beside
+	// tokens and certificates (the gateway sets it; never read from the environment).
+	Sessions auth.SessionStore
 }
 
 // ReadService reads the common settings of service name (e.g. "gateway"):
@@ -91,7 +94,7 @@ func (s Service) Endpoint(unary []grpc.UnaryServerInterceptor, restOpts ...runti
 		return nil, err
 	}
 	return server.NewEndpoint(server.EndpointConfig{GRPCAddr: s.GRPCAddr, HTTPAddr: s.HTTPAddr, Logger: s.Logger,
-		Guard: auth.NewGuard(authn, s.Logger), TLS: tlsCfg, Limits: s.Limits, Unary: unary}, restOpts...)
+		Guard: auth.NewGuard(authn, s.Logger).WithSessions(s.Sessions), TLS: tlsCfg, Limits: s.Limits, Unary: unary}, restOpts...)
 }
 
 // Defaults fills unset addresses and pool size with the service's own

@@ -25,7 +25,11 @@ type Endpoint struct {
 	// GRPC is where the service registers its gRPC services.
 	GRPC *grpc.Server
 	// REST is where it registers grpc-gateway handlers, over Conn.
-	REST   *runtime.ServeMux
+	REST *runtime.ServeMux
+	// Front, when set, serves the HTTP surface in front of REST: a
+	// service's own routes and middleware (the gateway's console at /ui/),
+	// handing everything else to rest.
+	Front  func(rest http.Handler) http.Handler
 	conn   *grpc.ClientConn
 	health *health.Server
 	guard  Guard
@@ -119,7 +123,10 @@ func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Hand
 	if ops != nil {
 		ops = e.guard.HTTP(ops)
 	}
-	rest := LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
+	var rest http.Handler = LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
+	if e.Front != nil {
+		rest = e.Front(rest)
+	}
 	httpServer := NewHTTPServer(NewHTTPMux(rest, ops, ready), e.limits)
 	return Run(ctx, grace, GRPCRunner{Server: e.GRPC, Listener: e.grpcL}, HTTPRunner{Server: httpServer, Listener: e.httpL})
 }

@@ -52,8 +52,14 @@ const (
 	ReasonServiceNotServed = "SERVICE_NOT_SERVED"
 	// ReasonHandlerOwnedByAnotherService: a worker announced a handler another service runs.
 	ReasonHandlerOwnedByAnotherService = "HANDLER_OWNED_BY_ANOTHER_SERVICE"
-	ReasonUnavailable                  = "UNAVAILABLE"
-	ReasonInternal                     = "INTERNAL"
+	// ReasonCSRFTokenInvalid: a change sent with a console session cookie
+	// lacks the X-CSRF-Token header matching its session.
+	ReasonCSRFTokenInvalid = "CSRF_TOKEN_INVALID"
+	// ReasonSessionNotAllowed: a console session asked for what only the
+	// principal's own token may do (mint a login ticket).
+	ReasonSessionNotAllowed = "SESSION_NOT_ALLOWED"
+	ReasonUnavailable       = "UNAVAILABLE"
+	ReasonInternal          = "INTERNAL"
 )
 
 // Violation is one invalid field, with the reason code of what is wrong.

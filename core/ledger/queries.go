@@ -153,8 +153,11 @@ const (
 	sqlListJobs = `SELECT * FROM (` + jobView + `
 	WHERE ($1 = '' OR r.tenant_id = $1)
 	  AND (NOT $6::bool OR r.tenant_id = ANY($7::text[]))
-	  AND ($2::timestamptz IS NULL OR (r.received_at, r.job_id) < ($2, $3))) v
-	WHERE cardinality($4::text[]) = 0 OR v.status = ANY($4)
+	  AND ($2::timestamptz IS NULL OR (r.received_at, r.job_id) < ($2, $3))
+	  AND ($9::timestamptz IS NULL OR r.received_at >= $9)
+	  AND ($10::timestamptz IS NULL OR r.received_at < $10)) v
+	WHERE (cardinality($4::text[]) = 0 OR v.status = ANY($4))
+	  AND ($8 = '' OR v.workflow_id = $8)
 	ORDER BY v.created_at DESC, v.job_id DESC
 	LIMIT $5`
 

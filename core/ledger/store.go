@@ -127,6 +127,10 @@ type JobFilter struct {
 	// After continues a listing after the job with this creation time and id.
 	AfterTime  time.Time
 	AfterJobID string
+	// WorkflowID keeps only jobs of this workflow (empty: all).
+	WorkflowID string
+	// CreatedFrom and CreatedBefore bound the acceptance time (zero: open).
+	CreatedFrom, CreatedBefore time.Time
 }
 
 // ListJobs returns jobs newest first.
@@ -136,7 +140,7 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*Job, error) {
 		statuses[i] = string(st)
 	}
 	rows, err := s.pool.Query(ctx, sqlListJobs, f.TenantID, nullTime(f.AfterTime), f.AfterJobID, statuses, f.Limit,
-		f.Tenants != nil, append([]string{}, f.Tenants...))
+		f.Tenants != nil, append([]string{}, f.Tenants...), f.WorkflowID, nullTime(f.CreatedFrom), nullTime(f.CreatedBefore))
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

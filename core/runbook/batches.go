@@ -70,6 +70,34 @@ type InitExecutionView struct {
 	CompletedAt  time.Time
 }
 
+// MemberView is a batch member with its step executions.
+type MemberView struct {
+	Key string
+	// Status is active or removed.
+	Status    string
+	AddedAt   time.Time
+	RemovedAt time.Time
+	// Steps are its phase, rollback and removal steps by phase due time,
+	// then step index.
+	Steps []MemberStepView
+}
+
+// MemberStepView is one step execution of a member, without its params and result.
+type MemberStepView struct {
+	PhaseName    string    `json:"phase_name"`
+	Kind         string    `json:"kind"`
+	StepName     string    `json:"step_name"`
+	StepIndex    int       `json:"step_index"`
+	WorkerID     string    `json:"worker_id"`
+	Function     string    `json:"function"`
+	Status       string    `json:"status"`
+	JobID        string    `json:"job_id"`
+	Error        string    `json:"error"`
+	PollCount    int       `json:"poll_count"`
+	DispatchedAt time.Time `json:"dispatched_at"`
+	CompletedAt  time.Time `json:"completed_at"`
+}
+
 const (
 	// selectBatch reads batches with their governing version and member counts.
 	selectBatch = `SELECT b.id, b.runbook_id, b.runbook_name, r.version, b.batch_start_time, b.status, b.detected_at,
@@ -91,6 +119,22 @@ const (
 	coalesce((SELECT jsonb_object_agg(c.status, c.n) FROM (SELECT s.status, count(*) AS n FROM step_executions s
 		WHERE s.phase_execution_id = p.id AND s.kind = 'phase' GROUP BY s.status) c), '{}'::jsonb)
 	FROM phase_executions p WHERE p.batch_id = $1 ORDER BY p.due_at, p.runbook_version, p.id`
+
+	sqlBatchExists = `SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1)`
+
+	// sqlBatchMembers pages a batch's members by key, each with its step
+	// executions as one JSON array (timestamps in UTC, "" for none).
+	sqlBatchMembers = `SELECT m.member_key, m.status, m.added_at, m.removed_at,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('phase_name', coalesce(p.phase_name, ''), 'kind', s.kind,
+		'step_name', s.step_name, 'step_index', s.step_index, 'worker_id', s.worker_id, 'function', s.function_name,
+		'status', s.status, 'job_id', coalesce(s.job_id, ''), 'error', coalesce(s.error_message, ''),
+		'poll_count', s.poll_count,
+		'dispatched_at', coalesce(to_char(s.dispatched_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '0001-01-01T00:00:00Z'),
+		'completed_at', coalesce(to_char(s.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '0001-01-01T00:00:00Z'))
+		ORDER BY p.due_at NULLS LAST, s.step_index, s.id)
+		FROM step_executions s LEFT JOIN phase_executions p ON p.id = s.phase_execution_id
+		WHERE s.batch_member_id = m.id), '[]'::jsonb)
+	FROM batch_members m WHERE m.batch_id = $1 AND m.member_key > $2 ORDER BY m.member_key LIMIT $3`
 
 	sqlInitExecutions = `SELECT id, step_name, step_index, runbook_version, worker_id, function_name, status,
 	coalesce(job_id, ''), coalesce(error_message, ''), poll_count, dispatched_at, completed_at
@@ -154,6 +198,38 @@ func (s *Store) Batch(ctx context.Context, id int64) (*BatchView, error) {
 		return nil, fmt.Errorf("batch %d: %w", id, err)
 	}
 	return &b, nil
+}
+
+// BatchMembers lists a batch's members by key, at most limit, after the
+// member afterKey ("": from the first), with their step executions.
+// ErrNotFound when there is no such batch.
+func (s *Store) BatchMembers(ctx context.Context, batchID int64, afterKey string, limit int) ([]MemberView, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, sqlBatchExists, batchID).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("members of batch %d: %w", batchID, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("members of batch %d: %w", batchID, ErrNotFound)
+	}
+	rows, err := s.pool.Query(ctx, sqlBatchMembers, batchID, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("members of batch %d: %w", batchID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MemberView, error) {
+		var (
+			m       MemberView
+			removed *time.Time
+		)
+		if err := row.Scan(&m.Key, &m.Status, &m.AddedAt, &removed, &m.Steps); err != nil {
+			return m, err
+		}
+		m.AddedAt, m.RemovedAt = m.AddedAt.UTC(), utcOrZero(removed)
+		return m, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("members of batch %d: %w", batchID, err)
+	}
+	return out, nil
 }
 
 func scanBatch(row pgx.CollectableRow) (BatchView, error) {

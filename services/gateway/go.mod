@@ -22,7 +22,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/coreos/go-oidc/v3 v3.21.0 // indirect
 	github.com/exaring/otelpgx v0.13.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
@@ -64,7 +63,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
@@ -72,11 +70,13 @@ require (
 )
 
 require (
+	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/gowebpki/jcs v1.0.1
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0
 	github.com/lucius-platform/lucius/core v0.1.0
+	golang.org/x/oauth2 v0.37.0
 )
 
 replace github.com/lucius-platform/lucius/contract => ../../contract

@@ -2137,9 +2137,15 @@ type ListJobsRequest struct {
 	// At most this many jobs (default 50, maximum 500).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token from a previous answer.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only jobs running this workflow (any version).
+	WorkflowId string `protobuf:"bytes,5,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// Only jobs accepted at or after this time.
+	CreateTimeAfter *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time_after,json=createTimeAfter,proto3" json:"create_time_after,omitempty"`
+	// Only jobs accepted before this time.
+	CreateTimeBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time_before,json=createTimeBefore,proto3" json:"create_time_before,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
@@ -2198,6 +2204,27 @@ func (x *ListJobsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetCreateTimeAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeAfter
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetCreateTimeBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeBefore
+	}
+	return nil
 }
 
 // ListJobsResponse is one page of jobs.
@@ -2776,14 +2803,18 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\rGetJobRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\"2\n" +
 	"\x0eGetJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\xcf\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\x8b\x03\n" +
 	"\x0fListJobsRequest\x12%\n" +
 	"\ttenant_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12C\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x14.lucius.v1.JobStatusB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12'\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"^\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12(\n" +
+	"\vworkflow_id\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\n" +
+	"workflowId\x12F\n" +
+	"\x11create_time_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcreateTimeAfter\x12H\n" +
+	"\x12create_time_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x10createTimeBefore\"^\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.lucius.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
@@ -2959,36 +2990,38 @@ var file_lucius_v1_job_proto_depIdxs = []int32{
 	34, // 38: lucius.v1.JobEvent.create_time:type_name -> google.protobuf.Timestamp
 	18, // 39: lucius.v1.GetJobResponse.job:type_name -> lucius.v1.Job
 	1,  // 40: lucius.v1.ListJobsRequest.statuses:type_name -> lucius.v1.JobStatus
-	18, // 41: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
-	4,  // 42: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
-	20, // 43: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
-	22, // 44: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
-	18, // 45: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
-	23, // 46: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
-	25, // 47: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
-	27, // 48: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
-	29, // 49: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
-	31, // 50: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
-	14, // 51: lucius.v1.JobService.ReplayJob:input_type -> lucius.v1.ReplayJobRequest
-	7,  // 52: lucius.v1.JobService.WatchJob:input_type -> lucius.v1.WatchJobRequest
-	5,  // 53: lucius.v1.JobService.WatchJobs:input_type -> lucius.v1.WatchJobsRequest
-	10, // 54: lucius.v1.DeadLetterService.ListDeadLetters:input_type -> lucius.v1.ListDeadLettersRequest
-	12, // 55: lucius.v1.DeadLetterService.GetDeadLetter:input_type -> lucius.v1.GetDeadLetterRequest
-	24, // 56: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
-	26, // 57: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
-	28, // 58: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
-	30, // 59: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
-	32, // 60: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
-	15, // 61: lucius.v1.JobService.ReplayJob:output_type -> lucius.v1.ReplayJobResponse
-	8,  // 62: lucius.v1.JobService.WatchJob:output_type -> lucius.v1.WatchJobResponse
-	6,  // 63: lucius.v1.JobService.WatchJobs:output_type -> lucius.v1.WatchJobsResponse
-	11, // 64: lucius.v1.DeadLetterService.ListDeadLetters:output_type -> lucius.v1.ListDeadLettersResponse
-	13, // 65: lucius.v1.DeadLetterService.GetDeadLetter:output_type -> lucius.v1.GetDeadLetterResponse
-	56, // [56:66] is the sub-list for method output_type
-	46, // [46:56] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	34, // 41: lucius.v1.ListJobsRequest.create_time_after:type_name -> google.protobuf.Timestamp
+	34, // 42: lucius.v1.ListJobsRequest.create_time_before:type_name -> google.protobuf.Timestamp
+	18, // 43: lucius.v1.ListJobsResponse.jobs:type_name -> lucius.v1.Job
+	4,  // 44: lucius.v1.ListJobStepsRequest.view:type_name -> lucius.v1.StepView
+	20, // 45: lucius.v1.ListJobStepsResponse.steps:type_name -> lucius.v1.Step
+	22, // 46: lucius.v1.ListJobEventsResponse.events:type_name -> lucius.v1.JobEvent
+	18, // 47: lucius.v1.CancelJobResponse.job:type_name -> lucius.v1.Job
+	23, // 48: lucius.v1.JobService.GetJob:input_type -> lucius.v1.GetJobRequest
+	25, // 49: lucius.v1.JobService.ListJobs:input_type -> lucius.v1.ListJobsRequest
+	27, // 50: lucius.v1.JobService.ListJobSteps:input_type -> lucius.v1.ListJobStepsRequest
+	29, // 51: lucius.v1.JobService.ListJobEvents:input_type -> lucius.v1.ListJobEventsRequest
+	31, // 52: lucius.v1.JobService.CancelJob:input_type -> lucius.v1.CancelJobRequest
+	14, // 53: lucius.v1.JobService.ReplayJob:input_type -> lucius.v1.ReplayJobRequest
+	7,  // 54: lucius.v1.JobService.WatchJob:input_type -> lucius.v1.WatchJobRequest
+	5,  // 55: lucius.v1.JobService.WatchJobs:input_type -> lucius.v1.WatchJobsRequest
+	10, // 56: lucius.v1.DeadLetterService.ListDeadLetters:input_type -> lucius.v1.ListDeadLettersRequest
+	12, // 57: lucius.v1.DeadLetterService.GetDeadLetter:input_type -> lucius.v1.GetDeadLetterRequest
+	24, // 58: lucius.v1.JobService.GetJob:output_type -> lucius.v1.GetJobResponse
+	26, // 59: lucius.v1.JobService.ListJobs:output_type -> lucius.v1.ListJobsResponse
+	28, // 60: lucius.v1.JobService.ListJobSteps:output_type -> lucius.v1.ListJobStepsResponse
+	30, // 61: lucius.v1.JobService.ListJobEvents:output_type -> lucius.v1.ListJobEventsResponse
+	32, // 62: lucius.v1.JobService.CancelJob:output_type -> lucius.v1.CancelJobResponse
+	15, // 63: lucius.v1.JobService.ReplayJob:output_type -> lucius.v1.ReplayJobResponse
+	8,  // 64: lucius.v1.JobService.WatchJob:output_type -> lucius.v1.WatchJobResponse
+	6,  // 65: lucius.v1.JobService.WatchJobs:output_type -> lucius.v1.WatchJobsResponse
+	11, // 66: lucius.v1.DeadLetterService.ListDeadLetters:output_type -> lucius.v1.ListDeadLettersResponse
+	13, // 67: lucius.v1.DeadLetterService.GetDeadLetter:output_type -> lucius.v1.GetDeadLetterResponse
+	58, // [58:68] is the sub-list for method output_type
+	48, // [48:58] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_job_proto_init() }

@@ -38,7 +38,8 @@ type JobServiceClient interface {
 	// GetJob returns a job. A job accepted but not yet claimed by an orchestrator
 	// answers with its early status (RECEIVED or QUEUED), never NOT_FOUND.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
-	// ListJobs lists jobs newest first, filtered by tenant and status.
+	// ListJobs lists jobs newest first, filtered by tenant, status, workflow
+	// and acceptance time.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	// ListJobSteps returns a job's steps in workflow order with their attempts:
 	// the steps that run work (tasks and fan-out children), or every workflow node
@@ -188,7 +189,8 @@ type JobServiceServer interface {
 	// GetJob returns a job. A job accepted but not yet claimed by an orchestrator
 	// answers with its early status (RECEIVED or QUEUED), never NOT_FOUND.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
-	// ListJobs lists jobs newest first, filtered by tenant and status.
+	// ListJobs lists jobs newest first, filtered by tenant, status, workflow
+	// and acceptance time.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	// ListJobSteps returns a job's steps in workflow order with their attempts:
 	// the steps that run work (tasks and fan-out children), or every workflow node

@@ -263,6 +263,57 @@ func (StepExecutionStatus) EnumDescriptor() ([]byte, []int) {
 	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{3}
 }
 
+// BatchMemberStatus says whether a member still belongs to its batch.
+type BatchMemberStatus int32
+
+const (
+	BatchMemberStatus_BATCH_MEMBER_STATUS_UNSPECIFIED BatchMemberStatus = 0
+	BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE      BatchMemberStatus = 1
+	// The member left the batch (its removal steps ran or run).
+	BatchMemberStatus_BATCH_MEMBER_STATUS_REMOVED BatchMemberStatus = 2
+)
+
+// Enum value maps for BatchMemberStatus.
+var (
+	BatchMemberStatus_name = map[int32]string{
+		0: "BATCH_MEMBER_STATUS_UNSPECIFIED",
+		1: "BATCH_MEMBER_STATUS_ACTIVE",
+		2: "BATCH_MEMBER_STATUS_REMOVED",
+	}
+	BatchMemberStatus_value = map[string]int32{
+		"BATCH_MEMBER_STATUS_UNSPECIFIED": 0,
+		"BATCH_MEMBER_STATUS_ACTIVE":      1,
+		"BATCH_MEMBER_STATUS_REMOVED":     2,
+	}
+)
+
+func (x BatchMemberStatus) Enum() *BatchMemberStatus {
+	p := new(BatchMemberStatus)
+	*p = x
+	return p
+}
+
+func (x BatchMemberStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BatchMemberStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_lucius_v1_runbook_proto_enumTypes[4].Descriptor()
+}
+
+func (BatchMemberStatus) Type() protoreflect.EnumType {
+	return &file_lucius_v1_runbook_proto_enumTypes[4]
+}
+
+func (x BatchMemberStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BatchMemberStatus.Descriptor instead.
+func (BatchMemberStatus) EnumDescriptor() ([]byte, []int) {
+	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{4}
+}
+
 // Runbook is a stored runbook version.
 type Runbook struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1914,6 +1965,336 @@ func (x *GetBatchResponse) GetBatch() *Batch {
 	return nil
 }
 
+// ListBatchMembersRequest names a batch and pages its members.
+type ListBatchMembersRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BatchId int64                  `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// At most this many (default 100, maximum 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBatchMembersRequest) Reset() {
+	*x = ListBatchMembersRequest{}
+	mi := &file_lucius_v1_runbook_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBatchMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBatchMembersRequest) ProtoMessage() {}
+
+func (x *ListBatchMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_runbook_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBatchMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListBatchMembersRequest) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListBatchMembersRequest) GetBatchId() int64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
+}
+
+func (x *ListBatchMembersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListBatchMembersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListBatchMembersResponse is one page of members, by member key.
+type ListBatchMembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*BatchMember         `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBatchMembersResponse) Reset() {
+	*x = ListBatchMembersResponse{}
+	mi := &file_lucius_v1_runbook_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBatchMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBatchMembersResponse) ProtoMessage() {}
+
+func (x *ListBatchMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_runbook_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBatchMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListBatchMembersResponse) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListBatchMembersResponse) GetMembers() []*BatchMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListBatchMembersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// BatchMember is one member of a batch and what ran for it.
+type BatchMember struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	MemberKey  string                 `protobuf:"bytes,1,opt,name=member_key,json=memberKey,proto3" json:"member_key,omitempty"`
+	Status     BatchMemberStatus      `protobuf:"varint,2,opt,name=status,proto3,enum=lucius.v1.BatchMemberStatus" json:"status,omitempty"`
+	AddTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=add_time,json=addTime,proto3" json:"add_time,omitempty"`
+	RemoveTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=remove_time,json=removeTime,proto3" json:"remove_time,omitempty"`
+	// Its step executions by phase due time, then step index.
+	Steps         []*MemberStepExecution `protobuf:"bytes,5,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchMember) Reset() {
+	*x = BatchMember{}
+	mi := &file_lucius_v1_runbook_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchMember) ProtoMessage() {}
+
+func (x *BatchMember) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_runbook_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchMember.ProtoReflect.Descriptor instead.
+func (*BatchMember) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *BatchMember) GetMemberKey() string {
+	if x != nil {
+		return x.MemberKey
+	}
+	return ""
+}
+
+func (x *BatchMember) GetStatus() BatchMemberStatus {
+	if x != nil {
+		return x.Status
+	}
+	return BatchMemberStatus_BATCH_MEMBER_STATUS_UNSPECIFIED
+}
+
+func (x *BatchMember) GetAddTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AddTime
+	}
+	return nil
+}
+
+func (x *BatchMember) GetRemoveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RemoveTime
+	}
+	return nil
+}
+
+func (x *BatchMember) GetSteps() []*MemberStepExecution {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// MemberStepExecution is one step run for one member.
+type MemberStepExecution struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The phase (empty for removal steps).
+	PhaseName string `protobuf:"bytes,1,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	// phase, rollback or removal.
+	Kind      string              `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	StepName  string              `protobuf:"bytes,3,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
+	StepIndex int32               `protobuf:"varint,4,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	WorkerId  string              `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Function  string              `protobuf:"bytes,6,opt,name=function,proto3" json:"function,omitempty"`
+	Status    StepExecutionStatus `protobuf:"varint,7,opt,name=status,proto3,enum=lucius.v1.StepExecutionStatus" json:"status,omitempty"`
+	// The job that ran it, once dispatched.
+	JobId         string                 `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	PollCount     int32                  `protobuf:"varint,10,opt,name=poll_count,json=pollCount,proto3" json:"poll_count,omitempty"`
+	DispatchTime  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberStepExecution) Reset() {
+	*x = MemberStepExecution{}
+	mi := &file_lucius_v1_runbook_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberStepExecution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberStepExecution) ProtoMessage() {}
+
+func (x *MemberStepExecution) ProtoReflect() protoreflect.Message {
+	mi := &file_lucius_v1_runbook_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberStepExecution.ProtoReflect.Descriptor instead.
+func (*MemberStepExecution) Descriptor() ([]byte, []int) {
+	return file_lucius_v1_runbook_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MemberStepExecution) GetPhaseName() string {
+	if x != nil {
+		return x.PhaseName
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetStepName() string {
+	if x != nil {
+		return x.StepName
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetStepIndex() int32 {
+	if x != nil {
+		return x.StepIndex
+	}
+	return 0
+}
+
+func (x *MemberStepExecution) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetStatus() StepExecutionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return StepExecutionStatus_STEP_EXECUTION_STATUS_UNSPECIFIED
+}
+
+func (x *MemberStepExecution) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *MemberStepExecution) GetPollCount() int32 {
+	if x != nil {
+		return x.PollCount
+	}
+	return 0
+}
+
+func (x *MemberStepExecution) GetDispatchTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DispatchTime
+	}
+	return nil
+}
+
+func (x *MemberStepExecution) GetCompleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteTime
+	}
+	return nil
+}
+
 var File_lucius_v1_runbook_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_runbook_proto_rawDesc = "" +
@@ -2071,7 +2452,41 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\x0fGetBatchRequest\x12\"\n" +
 	"\bbatch_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\abatchId\":\n" +
 	"\x10GetBatchResponse\x12&\n" +
-	"\x05batch\x18\x01 \x01(\v2\x10.lucius.v1.BatchR\x05batch*l\n" +
+	"\x05batch\x18\x01 \x01(\v2\x10.lucius.v1.BatchR\x05batch\"\x8f\x01\n" +
+	"\x17ListBatchMembersRequest\x12\"\n" +
+	"\bbatch_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\abatchId\x12'\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"t\n" +
+	"\x18ListBatchMembersResponse\x120\n" +
+	"\amembers\x18\x01 \x03(\v2\x16.lucius.v1.BatchMemberR\amembers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8c\x02\n" +
+	"\vBatchMember\x12\x1d\n" +
+	"\n" +
+	"member_key\x18\x01 \x01(\tR\tmemberKey\x124\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1c.lucius.v1.BatchMemberStatusR\x06status\x125\n" +
+	"\badd_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aaddTime\x12;\n" +
+	"\vremove_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"removeTime\x124\n" +
+	"\x05steps\x18\x05 \x03(\v2\x1e.lucius.v1.MemberStepExecutionR\x05steps\"\xd2\x03\n" +
+	"\x13MemberStepExecution\x12\x1d\n" +
+	"\n" +
+	"phase_name\x18\x01 \x01(\tR\tphaseName\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1b\n" +
+	"\tstep_name\x18\x03 \x01(\tR\bstepName\x12\x1d\n" +
+	"\n" +
+	"step_index\x18\x04 \x01(\x05R\tstepIndex\x12\x1b\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\bfunction\x18\x06 \x01(\tR\bfunction\x126\n" +
+	"\x06status\x18\a \x01(\x0e2\x1e.lucius.v1.StepExecutionStatusR\x06status\x12\x15\n" +
+	"\x06job_id\x18\b \x01(\tR\x05jobId\x12#\n" +
+	"\rerror_message\x18\t \x01(\tR\ferrorMessage\x12\x1d\n" +
+	"\n" +
+	"poll_count\x18\n" +
+	" \x01(\x05R\tpollCount\x12?\n" +
+	"\rdispatch_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x12?\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime*l\n" +
 	"\x0fOverdueBehavior\x12 \n" +
 	"\x1cOVERDUE_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16OVERDUE_BEHAVIOR_RERUN\x10\x01\x12\x1b\n" +
@@ -2099,7 +2514,11 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\x1dSTEP_EXECUTION_STATUS_POLLING\x10\x05\x12&\n" +
 	"\"STEP_EXECUTION_STATUS_POLL_TIMEOUT\x10\x06\x12%\n" +
 	"!STEP_EXECUTION_STATUS_ROLLED_BACK\x10\a\x12#\n" +
-	"\x1fSTEP_EXECUTION_STATUS_CANCELLED\x10\b2\xb8\x05\n" +
+	"\x1fSTEP_EXECUTION_STATUS_CANCELLED\x10\b*y\n" +
+	"\x11BatchMemberStatus\x12#\n" +
+	"\x1fBATCH_MEMBER_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aBATCH_MEMBER_STATUS_ACTIVE\x10\x01\x12\x1f\n" +
+	"\x1bBATCH_MEMBER_STATUS_REMOVED\x10\x022\xbe\x06\n" +
 	"\x0eRunbookService\x12h\n" +
 	"\fApplyRunbook\x12\x1e.lucius.v1.ApplyRunbookRequest\x1a\x1f.lucius.v1.ApplyRunbookResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/runbooks\x12f\n" +
 	"\n" +
@@ -2107,7 +2526,8 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\fListRunbooks\x12\x1e.lucius.v1.ListRunbooksRequest\x1a\x1f.lucius.v1.ListRunbooksResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/runbooks\x12\x8c\x01\n" +
 	"\vLoadMembers\x12\x1d.lucius.v1.LoadMembersRequest\x1a\x1e.lucius.v1.LoadMembersResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/runbooks/{name}/versions/{version}/members:load\x12y\n" +
 	"\vListBatches\x12\x1d.lucius.v1.ListBatchesRequest\x1a\x1e.lucius.v1.ListBatchesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/runbooks/{runbook_name}/batches\x12c\n" +
-	"\bGetBatch\x12\x1a.lucius.v1.GetBatchRequest\x1a\x1b.lucius.v1.GetBatchResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/batches/{batch_id}B?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"\bGetBatch\x12\x1a.lucius.v1.GetBatchRequest\x1a\x1b.lucius.v1.GetBatchResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/batches/{batch_id}\x12\x83\x01\n" +
+	"\x10ListBatchMembers\x12\".lucius.v1.ListBatchMembersRequest\x1a#.lucius.v1.ListBatchMembersResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/batches/{batch_id}/membersB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_runbook_proto_rawDescOnce sync.Once
@@ -2121,87 +2541,102 @@ func file_lucius_v1_runbook_proto_rawDescGZIP() []byte {
 	return file_lucius_v1_runbook_proto_rawDescData
 }
 
-var file_lucius_v1_runbook_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lucius_v1_runbook_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lucius_v1_runbook_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lucius_v1_runbook_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_lucius_v1_runbook_proto_goTypes = []any{
-	(OverdueBehavior)(0),          // 0: lucius.v1.OverdueBehavior
-	(BatchStatus)(0),              // 1: lucius.v1.BatchStatus
-	(PhaseExecutionStatus)(0),     // 2: lucius.v1.PhaseExecutionStatus
-	(StepExecutionStatus)(0),      // 3: lucius.v1.StepExecutionStatus
-	(*Runbook)(nil),               // 4: lucius.v1.Runbook
-	(*RunbookPhase)(nil),          // 5: lucius.v1.RunbookPhase
-	(*RunbookRollback)(nil),       // 6: lucius.v1.RunbookRollback
-	(*RunbookStep)(nil),           // 7: lucius.v1.RunbookStep
-	(*ApplyRunbookRequest)(nil),   // 8: lucius.v1.ApplyRunbookRequest
-	(*ApplyRunbookResponse)(nil),  // 9: lucius.v1.ApplyRunbookResponse
-	(*GetRunbookRequest)(nil),     // 10: lucius.v1.GetRunbookRequest
-	(*GetRunbookResponse)(nil),    // 11: lucius.v1.GetRunbookResponse
-	(*ListRunbooksRequest)(nil),   // 12: lucius.v1.ListRunbooksRequest
-	(*ListRunbooksResponse)(nil),  // 13: lucius.v1.ListRunbooksResponse
-	(*RunbookMember)(nil),         // 14: lucius.v1.RunbookMember
-	(*LoadMembersRequest)(nil),    // 15: lucius.v1.LoadMembersRequest
-	(*LoadMembersResponse)(nil),   // 16: lucius.v1.LoadMembersResponse
-	(*Batch)(nil),                 // 17: lucius.v1.Batch
-	(*PhaseExecution)(nil),        // 18: lucius.v1.PhaseExecution
-	(*StepExecutionCounts)(nil),   // 19: lucius.v1.StepExecutionCounts
-	(*InitExecution)(nil),         // 20: lucius.v1.InitExecution
-	(*ListBatchesRequest)(nil),    // 21: lucius.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),   // 22: lucius.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),       // 23: lucius.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),      // 24: lucius.v1.GetBatchResponse
-	nil,                           // 25: lucius.v1.RunbookMember.ValuesEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(OverdueBehavior)(0),             // 0: lucius.v1.OverdueBehavior
+	(BatchStatus)(0),                 // 1: lucius.v1.BatchStatus
+	(PhaseExecutionStatus)(0),        // 2: lucius.v1.PhaseExecutionStatus
+	(StepExecutionStatus)(0),         // 3: lucius.v1.StepExecutionStatus
+	(BatchMemberStatus)(0),           // 4: lucius.v1.BatchMemberStatus
+	(*Runbook)(nil),                  // 5: lucius.v1.Runbook
+	(*RunbookPhase)(nil),             // 6: lucius.v1.RunbookPhase
+	(*RunbookRollback)(nil),          // 7: lucius.v1.RunbookRollback
+	(*RunbookStep)(nil),              // 8: lucius.v1.RunbookStep
+	(*ApplyRunbookRequest)(nil),      // 9: lucius.v1.ApplyRunbookRequest
+	(*ApplyRunbookResponse)(nil),     // 10: lucius.v1.ApplyRunbookResponse
+	(*GetRunbookRequest)(nil),        // 11: lucius.v1.GetRunbookRequest
+	(*GetRunbookResponse)(nil),       // 12: lucius.v1.GetRunbookResponse
+	(*ListRunbooksRequest)(nil),      // 13: lucius.v1.ListRunbooksRequest
+	(*ListRunbooksResponse)(nil),     // 14: lucius.v1.ListRunbooksResponse
+	(*RunbookMember)(nil),            // 15: lucius.v1.RunbookMember
+	(*LoadMembersRequest)(nil),       // 16: lucius.v1.LoadMembersRequest
+	(*LoadMembersResponse)(nil),      // 17: lucius.v1.LoadMembersResponse
+	(*Batch)(nil),                    // 18: lucius.v1.Batch
+	(*PhaseExecution)(nil),           // 19: lucius.v1.PhaseExecution
+	(*StepExecutionCounts)(nil),      // 20: lucius.v1.StepExecutionCounts
+	(*InitExecution)(nil),            // 21: lucius.v1.InitExecution
+	(*ListBatchesRequest)(nil),       // 22: lucius.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),      // 23: lucius.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),          // 24: lucius.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),         // 25: lucius.v1.GetBatchResponse
+	(*ListBatchMembersRequest)(nil),  // 26: lucius.v1.ListBatchMembersRequest
+	(*ListBatchMembersResponse)(nil), // 27: lucius.v1.ListBatchMembersResponse
+	(*BatchMember)(nil),              // 28: lucius.v1.BatchMember
+	(*MemberStepExecution)(nil),      // 29: lucius.v1.MemberStepExecution
+	nil,                              // 30: lucius.v1.RunbookMember.ValuesEntry
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
 }
 var file_lucius_v1_runbook_proto_depIdxs = []int32{
 	0,  // 0: lucius.v1.Runbook.overdue_behavior:type_name -> lucius.v1.OverdueBehavior
-	7,  // 1: lucius.v1.Runbook.init:type_name -> lucius.v1.RunbookStep
-	5,  // 2: lucius.v1.Runbook.phases:type_name -> lucius.v1.RunbookPhase
-	6,  // 3: lucius.v1.Runbook.rollbacks:type_name -> lucius.v1.RunbookRollback
-	7,  // 4: lucius.v1.Runbook.on_member_removed:type_name -> lucius.v1.RunbookStep
-	26, // 5: lucius.v1.Runbook.create_time:type_name -> google.protobuf.Timestamp
-	26, // 6: lucius.v1.Runbook.activate_time:type_name -> google.protobuf.Timestamp
-	7,  // 7: lucius.v1.RunbookPhase.steps:type_name -> lucius.v1.RunbookStep
-	7,  // 8: lucius.v1.RunbookRollback.steps:type_name -> lucius.v1.RunbookStep
-	4,  // 9: lucius.v1.ApplyRunbookResponse.runbook:type_name -> lucius.v1.Runbook
-	4,  // 10: lucius.v1.GetRunbookResponse.runbook:type_name -> lucius.v1.Runbook
-	4,  // 11: lucius.v1.ListRunbooksResponse.runbooks:type_name -> lucius.v1.Runbook
-	26, // 12: lucius.v1.RunbookMember.batch_time:type_name -> google.protobuf.Timestamp
-	25, // 13: lucius.v1.RunbookMember.values:type_name -> lucius.v1.RunbookMember.ValuesEntry
-	14, // 14: lucius.v1.LoadMembersRequest.members:type_name -> lucius.v1.RunbookMember
-	26, // 15: lucius.v1.Batch.batch_start_time:type_name -> google.protobuf.Timestamp
+	8,  // 1: lucius.v1.Runbook.init:type_name -> lucius.v1.RunbookStep
+	6,  // 2: lucius.v1.Runbook.phases:type_name -> lucius.v1.RunbookPhase
+	7,  // 3: lucius.v1.Runbook.rollbacks:type_name -> lucius.v1.RunbookRollback
+	8,  // 4: lucius.v1.Runbook.on_member_removed:type_name -> lucius.v1.RunbookStep
+	31, // 5: lucius.v1.Runbook.create_time:type_name -> google.protobuf.Timestamp
+	31, // 6: lucius.v1.Runbook.activate_time:type_name -> google.protobuf.Timestamp
+	8,  // 7: lucius.v1.RunbookPhase.steps:type_name -> lucius.v1.RunbookStep
+	8,  // 8: lucius.v1.RunbookRollback.steps:type_name -> lucius.v1.RunbookStep
+	5,  // 9: lucius.v1.ApplyRunbookResponse.runbook:type_name -> lucius.v1.Runbook
+	5,  // 10: lucius.v1.GetRunbookResponse.runbook:type_name -> lucius.v1.Runbook
+	5,  // 11: lucius.v1.ListRunbooksResponse.runbooks:type_name -> lucius.v1.Runbook
+	31, // 12: lucius.v1.RunbookMember.batch_time:type_name -> google.protobuf.Timestamp
+	30, // 13: lucius.v1.RunbookMember.values:type_name -> lucius.v1.RunbookMember.ValuesEntry
+	15, // 14: lucius.v1.LoadMembersRequest.members:type_name -> lucius.v1.RunbookMember
+	31, // 15: lucius.v1.Batch.batch_start_time:type_name -> google.protobuf.Timestamp
 	1,  // 16: lucius.v1.Batch.status:type_name -> lucius.v1.BatchStatus
-	26, // 17: lucius.v1.Batch.detect_time:type_name -> google.protobuf.Timestamp
-	26, // 18: lucius.v1.Batch.init_dispatch_time:type_name -> google.protobuf.Timestamp
-	26, // 19: lucius.v1.Batch.complete_time:type_name -> google.protobuf.Timestamp
-	18, // 20: lucius.v1.Batch.phase_executions:type_name -> lucius.v1.PhaseExecution
-	20, // 21: lucius.v1.Batch.init_executions:type_name -> lucius.v1.InitExecution
-	26, // 22: lucius.v1.PhaseExecution.due_time:type_name -> google.protobuf.Timestamp
+	31, // 17: lucius.v1.Batch.detect_time:type_name -> google.protobuf.Timestamp
+	31, // 18: lucius.v1.Batch.init_dispatch_time:type_name -> google.protobuf.Timestamp
+	31, // 19: lucius.v1.Batch.complete_time:type_name -> google.protobuf.Timestamp
+	19, // 20: lucius.v1.Batch.phase_executions:type_name -> lucius.v1.PhaseExecution
+	21, // 21: lucius.v1.Batch.init_executions:type_name -> lucius.v1.InitExecution
+	31, // 22: lucius.v1.PhaseExecution.due_time:type_name -> google.protobuf.Timestamp
 	2,  // 23: lucius.v1.PhaseExecution.status:type_name -> lucius.v1.PhaseExecutionStatus
-	26, // 24: lucius.v1.PhaseExecution.dispatch_time:type_name -> google.protobuf.Timestamp
-	26, // 25: lucius.v1.PhaseExecution.complete_time:type_name -> google.protobuf.Timestamp
-	19, // 26: lucius.v1.PhaseExecution.step_counts:type_name -> lucius.v1.StepExecutionCounts
+	31, // 24: lucius.v1.PhaseExecution.dispatch_time:type_name -> google.protobuf.Timestamp
+	31, // 25: lucius.v1.PhaseExecution.complete_time:type_name -> google.protobuf.Timestamp
+	20, // 26: lucius.v1.PhaseExecution.step_counts:type_name -> lucius.v1.StepExecutionCounts
 	3,  // 27: lucius.v1.InitExecution.status:type_name -> lucius.v1.StepExecutionStatus
-	26, // 28: lucius.v1.InitExecution.dispatch_time:type_name -> google.protobuf.Timestamp
-	26, // 29: lucius.v1.InitExecution.complete_time:type_name -> google.protobuf.Timestamp
-	17, // 30: lucius.v1.ListBatchesResponse.batches:type_name -> lucius.v1.Batch
-	17, // 31: lucius.v1.GetBatchResponse.batch:type_name -> lucius.v1.Batch
-	8,  // 32: lucius.v1.RunbookService.ApplyRunbook:input_type -> lucius.v1.ApplyRunbookRequest
-	10, // 33: lucius.v1.RunbookService.GetRunbook:input_type -> lucius.v1.GetRunbookRequest
-	12, // 34: lucius.v1.RunbookService.ListRunbooks:input_type -> lucius.v1.ListRunbooksRequest
-	15, // 35: lucius.v1.RunbookService.LoadMembers:input_type -> lucius.v1.LoadMembersRequest
-	21, // 36: lucius.v1.RunbookService.ListBatches:input_type -> lucius.v1.ListBatchesRequest
-	23, // 37: lucius.v1.RunbookService.GetBatch:input_type -> lucius.v1.GetBatchRequest
-	9,  // 38: lucius.v1.RunbookService.ApplyRunbook:output_type -> lucius.v1.ApplyRunbookResponse
-	11, // 39: lucius.v1.RunbookService.GetRunbook:output_type -> lucius.v1.GetRunbookResponse
-	13, // 40: lucius.v1.RunbookService.ListRunbooks:output_type -> lucius.v1.ListRunbooksResponse
-	16, // 41: lucius.v1.RunbookService.LoadMembers:output_type -> lucius.v1.LoadMembersResponse
-	22, // 42: lucius.v1.RunbookService.ListBatches:output_type -> lucius.v1.ListBatchesResponse
-	24, // 43: lucius.v1.RunbookService.GetBatch:output_type -> lucius.v1.GetBatchResponse
-	38, // [38:44] is the sub-list for method output_type
-	32, // [32:38] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	31, // 28: lucius.v1.InitExecution.dispatch_time:type_name -> google.protobuf.Timestamp
+	31, // 29: lucius.v1.InitExecution.complete_time:type_name -> google.protobuf.Timestamp
+	18, // 30: lucius.v1.ListBatchesResponse.batches:type_name -> lucius.v1.Batch
+	18, // 31: lucius.v1.GetBatchResponse.batch:type_name -> lucius.v1.Batch
+	28, // 32: lucius.v1.ListBatchMembersResponse.members:type_name -> lucius.v1.BatchMember
+	4,  // 33: lucius.v1.BatchMember.status:type_name -> lucius.v1.BatchMemberStatus
+	31, // 34: lucius.v1.BatchMember.add_time:type_name -> google.protobuf.Timestamp
+	31, // 35: lucius.v1.BatchMember.remove_time:type_name -> google.protobuf.Timestamp
+	29, // 36: lucius.v1.BatchMember.steps:type_name -> lucius.v1.MemberStepExecution
+	3,  // 37: lucius.v1.MemberStepExecution.status:type_name -> lucius.v1.StepExecutionStatus
+	31, // 38: lucius.v1.MemberStepExecution.dispatch_time:type_name -> google.protobuf.Timestamp
+	31, // 39: lucius.v1.MemberStepExecution.complete_time:type_name -> google.protobuf.Timestamp
+	9,  // 40: lucius.v1.RunbookService.ApplyRunbook:input_type -> lucius.v1.ApplyRunbookRequest
+	11, // 41: lucius.v1.RunbookService.GetRunbook:input_type -> lucius.v1.GetRunbookRequest
+	13, // 42: lucius.v1.RunbookService.ListRunbooks:input_type -> lucius.v1.ListRunbooksRequest
+	16, // 43: lucius.v1.RunbookService.LoadMembers:input_type -> lucius.v1.LoadMembersRequest
+	22, // 44: lucius.v1.RunbookService.ListBatches:input_type -> lucius.v1.ListBatchesRequest
+	24, // 45: lucius.v1.RunbookService.GetBatch:input_type -> lucius.v1.GetBatchRequest
+	26, // 46: lucius.v1.RunbookService.ListBatchMembers:input_type -> lucius.v1.ListBatchMembersRequest
+	10, // 47: lucius.v1.RunbookService.ApplyRunbook:output_type -> lucius.v1.ApplyRunbookResponse
+	12, // 48: lucius.v1.RunbookService.GetRunbook:output_type -> lucius.v1.GetRunbookResponse
+	14, // 49: lucius.v1.RunbookService.ListRunbooks:output_type -> lucius.v1.ListRunbooksResponse
+	17, // 50: lucius.v1.RunbookService.LoadMembers:output_type -> lucius.v1.LoadMembersResponse
+	23, // 51: lucius.v1.RunbookService.ListBatches:output_type -> lucius.v1.ListBatchesResponse
+	25, // 52: lucius.v1.RunbookService.GetBatch:output_type -> lucius.v1.GetBatchResponse
+	27, // 53: lucius.v1.RunbookService.ListBatchMembers:output_type -> lucius.v1.ListBatchMembersResponse
+	47, // [47:54] is the sub-list for method output_type
+	40, // [40:47] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_lucius_v1_runbook_proto_init() }
@@ -2214,8 +2649,8 @@ func file_lucius_v1_runbook_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lucius_v1_runbook_proto_rawDesc), len(file_lucius_v1_runbook_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   22,
+			NumEnums:      5,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -303,6 +303,59 @@ func local_request_RunbookService_GetBatch_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+var filter_RunbookService_ListBatchMembers_0 = &utilities.DoubleArray{Encoding: map[string]int{"batch_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_RunbookService_ListBatchMembers_0(ctx context.Context, marshaler runtime.Marshaler, client RunbookServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListBatchMembersRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["batch_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "batch_id")
+	}
+	protoReq.BatchId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "batch_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RunbookService_ListBatchMembers_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListBatchMembers(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_RunbookService_ListBatchMembers_0(ctx context.Context, marshaler runtime.Marshaler, server RunbookServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListBatchMembersRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["batch_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "batch_id")
+	}
+	protoReq.BatchId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "batch_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RunbookService_ListBatchMembers_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListBatchMembers(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterRunbookServiceHandlerServer registers the http handlers for service RunbookService to "mux".
 // UnaryRPC     :call RunbookServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -428,6 +481,26 @@ func RegisterRunbookServiceHandlerServer(ctx context.Context, mux *runtime.Serve
 			return
 		}
 		forward_RunbookService_GetBatch_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_RunbookService_ListBatchMembers_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/lucius.v1.RunbookService/ListBatchMembers", runtime.WithHTTPPathPattern("/v1/batches/{batch_id}/members"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_RunbookService_ListBatchMembers_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RunbookService_ListBatchMembers_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -571,23 +644,42 @@ func RegisterRunbookServiceHandlerClient(ctx context.Context, mux *runtime.Serve
 		}
 		forward_RunbookService_GetBatch_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_RunbookService_ListBatchMembers_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/lucius.v1.RunbookService/ListBatchMembers", runtime.WithHTTPPathPattern("/v1/batches/{batch_id}/members"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_RunbookService_ListBatchMembers_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RunbookService_ListBatchMembers_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_RunbookService_ApplyRunbook_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "runbooks"}, ""))
-	pattern_RunbookService_GetRunbook_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "runbooks", "name"}, ""))
-	pattern_RunbookService_ListRunbooks_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "runbooks"}, ""))
-	pattern_RunbookService_LoadMembers_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "runbooks", "name", "versions", "version", "members"}, "load"))
-	pattern_RunbookService_ListBatches_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "runbooks", "runbook_name", "batches"}, ""))
-	pattern_RunbookService_GetBatch_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "batches", "batch_id"}, ""))
+	pattern_RunbookService_ApplyRunbook_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "runbooks"}, ""))
+	pattern_RunbookService_GetRunbook_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "runbooks", "name"}, ""))
+	pattern_RunbookService_ListRunbooks_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "runbooks"}, ""))
+	pattern_RunbookService_LoadMembers_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "runbooks", "name", "versions", "version", "members"}, "load"))
+	pattern_RunbookService_ListBatches_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "runbooks", "runbook_name", "batches"}, ""))
+	pattern_RunbookService_GetBatch_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "batches", "batch_id"}, ""))
+	pattern_RunbookService_ListBatchMembers_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "batches", "batch_id", "members"}, ""))
 )
 
 var (
-	forward_RunbookService_ApplyRunbook_0 = runtime.ForwardResponseMessage
-	forward_RunbookService_GetRunbook_0   = runtime.ForwardResponseMessage
-	forward_RunbookService_ListRunbooks_0 = runtime.ForwardResponseMessage
-	forward_RunbookService_LoadMembers_0  = runtime.ForwardResponseMessage
-	forward_RunbookService_ListBatches_0  = runtime.ForwardResponseMessage
-	forward_RunbookService_GetBatch_0     = runtime.ForwardResponseMessage
+	forward_RunbookService_ApplyRunbook_0     = runtime.ForwardResponseMessage
+	forward_RunbookService_GetRunbook_0       = runtime.ForwardResponseMessage
+	forward_RunbookService_ListRunbooks_0     = runtime.ForwardResponseMessage
+	forward_RunbookService_LoadMembers_0      = runtime.ForwardResponseMessage
+	forward_RunbookService_ListBatches_0      = runtime.ForwardResponseMessage
+	forward_RunbookService_GetBatch_0         = runtime.ForwardResponseMessage
+	forward_RunbookService_ListBatchMembers_0 = runtime.ForwardResponseMessage
 )

@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RunbookService_ApplyRunbook_FullMethodName = "/lucius.v1.RunbookService/ApplyRunbook"
-	RunbookService_GetRunbook_FullMethodName   = "/lucius.v1.RunbookService/GetRunbook"
-	RunbookService_ListRunbooks_FullMethodName = "/lucius.v1.RunbookService/ListRunbooks"
-	RunbookService_LoadMembers_FullMethodName  = "/lucius.v1.RunbookService/LoadMembers"
-	RunbookService_ListBatches_FullMethodName  = "/lucius.v1.RunbookService/ListBatches"
-	RunbookService_GetBatch_FullMethodName     = "/lucius.v1.RunbookService/GetBatch"
+	RunbookService_ApplyRunbook_FullMethodName     = "/lucius.v1.RunbookService/ApplyRunbook"
+	RunbookService_GetRunbook_FullMethodName       = "/lucius.v1.RunbookService/GetRunbook"
+	RunbookService_ListRunbooks_FullMethodName     = "/lucius.v1.RunbookService/ListRunbooks"
+	RunbookService_LoadMembers_FullMethodName      = "/lucius.v1.RunbookService/LoadMembers"
+	RunbookService_ListBatches_FullMethodName      = "/lucius.v1.RunbookService/ListBatches"
+	RunbookService_GetBatch_FullMethodName         = "/lucius.v1.RunbookService/GetBatch"
+	RunbookService_ListBatchMembers_FullMethodName = "/lucius.v1.RunbookService/ListBatchMembers"
 )
 
 // RunbookServiceClient is the client API for RunbookService service.
@@ -63,6 +64,9 @@ type RunbookServiceClient interface {
 	ListBatches(ctx context.Context, in *ListBatchesRequest, opts ...grpc.CallOption) (*ListBatchesResponse, error)
 	// GetBatch returns a batch with its phase executions and init executions.
 	GetBatch(ctx context.Context, in *GetBatchRequest, opts ...grpc.CallOption) (*GetBatchResponse, error)
+	// ListBatchMembers lists a batch's members by key, each with its step
+	// executions (phase, rollback and removal steps) and their states.
+	ListBatchMembers(ctx context.Context, in *ListBatchMembersRequest, opts ...grpc.CallOption) (*ListBatchMembersResponse, error)
 }
 
 type runbookServiceClient struct {
@@ -133,6 +137,16 @@ func (c *runbookServiceClient) GetBatch(ctx context.Context, in *GetBatchRequest
 	return out, nil
 }
 
+func (c *runbookServiceClient) ListBatchMembers(ctx context.Context, in *ListBatchMembersRequest, opts ...grpc.CallOption) (*ListBatchMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBatchMembersResponse)
+	err := c.cc.Invoke(ctx, RunbookService_ListBatchMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunbookServiceServer is the server API for RunbookService service.
 // All implementations must embed UnimplementedRunbookServiceServer
 // for forward compatibility.
@@ -169,6 +183,9 @@ type RunbookServiceServer interface {
 	ListBatches(context.Context, *ListBatchesRequest) (*ListBatchesResponse, error)
 	// GetBatch returns a batch with its phase executions and init executions.
 	GetBatch(context.Context, *GetBatchRequest) (*GetBatchResponse, error)
+	// ListBatchMembers lists a batch's members by key, each with its step
+	// executions (phase, rollback and removal steps) and their states.
+	ListBatchMembers(context.Context, *ListBatchMembersRequest) (*ListBatchMembersResponse, error)
 	mustEmbedUnimplementedRunbookServiceServer()
 }
 
@@ -196,6 +213,9 @@ func (UnimplementedRunbookServiceServer) ListBatches(context.Context, *ListBatch
 }
 func (UnimplementedRunbookServiceServer) GetBatch(context.Context, *GetBatchRequest) (*GetBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetBatch not implemented")
+}
+func (UnimplementedRunbookServiceServer) ListBatchMembers(context.Context, *ListBatchMembersRequest) (*ListBatchMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBatchMembers not implemented")
 }
 func (UnimplementedRunbookServiceServer) mustEmbedUnimplementedRunbookServiceServer() {}
 func (UnimplementedRunbookServiceServer) testEmbeddedByValue()                        {}
@@ -326,6 +346,24 @@ func _RunbookService_GetBatch_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunbookService_ListBatchMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBatchMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunbookServiceServer).ListBatchMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunbookService_ListBatchMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunbookServiceServer).ListBatchMembers(ctx, req.(*ListBatchMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunbookService_ServiceDesc is the grpc.ServiceDesc for RunbookService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -356,6 +394,10 @@ var RunbookService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetBatch",
 			Handler:    _RunbookService_GetBatch_Handler,
+		},
+		{
+			MethodName: "ListBatchMembers",
+			Handler:    _RunbookService_ListBatchMembers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -58,6 +58,7 @@ Lucius is running.
 
   gateway REST      http://%s   (POST /v1/commands, GET /v1/jobs/{job_id}, /healthz, /readyz, /metrics)
   gateway gRPC      %s   (lucius.v1.CommandService, lucius.v1.JobService; reflection on)
+  web console       http://%s/ui/   (sign in: LUCIUS_TOKEN=$(.build/bin/lucius token --role operator) .build/bin/lucius ui)
   orchestrators     gRPC %s   REST %s
   reconciler        http://%s/metrics
   scheduler         http://%s/healthz
@@ -73,7 +74,7 @@ Lucius is running.
   curl -H "Authorization: Bearer $TOKEN" http://%s/v1/jobs
 
 Press Ctrl-C to stop everything.
-`, e.GatewayHTTP, e.GatewayGRPC, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
+`, e.GatewayHTTP, e.GatewayGRPC, e.GatewayHTTP, strings.Join(e.Orchestrator, ", "), strings.Join(e.OrchHTTP, ", "),
 		e.Reconciler, e.Scheduler, workers(e.Workers), s.URL, s.BusDescription(), s.Workspace, filepath.Dir(s.Issuer().JWKSPath()),
 		strings.Join(s.FileRoots, ":"), egressAllow(), e.GatewayHTTP)
 

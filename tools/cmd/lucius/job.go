@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
@@ -26,11 +27,18 @@ func jobCommand(s *session) *cobra.Command {
 	var tenant string
 	var statuses []string
 	var pageSize int32
-	var pageToken, reason string
+	var pageToken, reason, workflowID string
+	var createdAfter, createdBefore time.Time
 	list := &cobra.Command{
 		Use: "list", Short: "List jobs, newest first", Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &luciusv1.ListJobsRequest{TenantId: tenant, PageSize: pageSize, PageToken: pageToken}
+			req := &luciusv1.ListJobsRequest{TenantId: tenant, PageSize: pageSize, PageToken: pageToken, WorkflowId: workflowID}
+			if !createdAfter.IsZero() {
+				req.CreateTimeAfter = timestamppb.New(createdAfter)
+			}
+			if !createdBefore.IsZero() {
+				req.CreateTimeBefore = timestamppb.New(createdBefore)
+			}
 			for _, st := range statuses {
 				v, ok := luciusv1.JobStatus_value["JOB_STATUS_"+strings.ToUpper(st)]
 				if !ok {
@@ -58,6 +66,9 @@ func jobCommand(s *session) *cobra.Command {
 	}
 	list.Flags().StringVar(&tenant, "tenant", "", "only this tenant's jobs")
 	list.Flags().StringSliceVar(&statuses, "status", nil, "only jobs in these statuses (e.g. FAILED_FINAL,CANCELLED)")
+	list.Flags().StringVar(&workflowID, "workflow", "", "only jobs of this workflow")
+	list.Flags().TimeVar(&createdAfter, "since", time.Time{}, []string{time.RFC3339}, "only jobs accepted at or after this time (RFC 3339)")
+	list.Flags().TimeVar(&createdBefore, "until", time.Time{}, []string{time.RFC3339}, "only jobs accepted before this time (RFC 3339)")
 	list.Flags().Int32Var(&pageSize, "page-size", 0, "jobs per page (default 50)")
 	list.Flags().StringVar(&pageToken, "page-token", "", "the next page, as a previous answer gave it")
 

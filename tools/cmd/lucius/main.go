@@ -5,6 +5,7 @@
 //	lucius submit --type OCR_EMBEDDING_SIS --tenant acme --input-ref file:///… --output-ref file:///… --payload '{"prompt_set":["…"]}' --wait
 //	lucius job get JOB_ID -o yaml
 //	lucius token --role operator
+//	lucius ui --job JOB_ID
 //
 // It talks gRPC to the gateway of the current context (a configuration file
 // with named contexts; LUCIUS_ADDR and LUCIUS_TOKEN override it). Exit codes
@@ -107,7 +108,7 @@ LUCIUS_ADDR and LUCIUS_TOKEN override the context's address and token.`,
 	root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp)) //nolint:errcheck
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &codedError{code: exitUsage, err: err} })
 	root.AddCommand(tokenCommand(), submitCommand(s), jobCommand(s), dlqCommand(s), workflowCommand(s),
-		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s))
+		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s), uiCommand(s))
 	root.AddCommand(pauseCommands(s)...)
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -104,4 +105,24 @@ func FuzzLoadConfig(f *testing.F) {
 			cfg.resolve("") //nolint:errcheck // must not panic
 		}
 	})
+}
+
+func TestUIRefusesAMalformedJobIDBeforeCalling(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"ui", "--job", "not-a-job"}, exitUsage},
+		{[]string{"ui", "--job", "ABCDEF0000000000000000000000000000000000000000000000000000000000"}, exitUsage},
+		{[]string{"ui", "extra"}, exitUsage},
+	} {
+		cmd := rootCommand()
+		cmd.SetArgs(tt.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if got := exitCode(cmd.Execute()); got != tt.want {
+			t.Fatalf("lucius %v exits %d, want %d", tt.args, got, tt.want)
+		}
+	}
 }

@@ -5,6 +5,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/lucius-platform/lucius/base/egress"
 	"github.com/lucius-platform/lucius/base/env"
@@ -14,6 +18,7 @@ import (
 	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/registry"
+	"github.com/lucius-platform/lucius/services/gateway/internal/console"
 	"github.com/lucius-platform/lucius/services/gateway/internal/gateway"
 )
 
@@ -46,6 +51,20 @@ func configure(e *env.Reader) (gateway.Config, error) {
 		MaxDepth: e.Int("LUCIUS_MAX_PAYLOAD_DEPTH", gateway.DefaultMaxPayloadDepth),
 	}
 	cfg.WorkflowLimits = registry.LimitsFromEnv(e)
+	cfg.Console = console.Config{URL: e.String("LUCIUS_CONSOLE_URL", ""),
+		TicketTTL: e.Duration("LUCIUS_CONSOLE_TICKET_TTL", 60*time.Second), SessionTTL: e.Duration("LUCIUS_CONSOLE_SESSION_TTL", 8*time.Hour)}
+	if issuer := e.String("LUCIUS_CONSOLE_OIDC_ISSUER", ""); issuer != "" {
+		o := &console.OIDC{Issuer: issuer, ClientID: e.String("LUCIUS_CONSOLE_OIDC_CLIENT_ID", ""),
+			Scopes: e.List("LUCIUS_CONSOLE_OIDC_SCOPES", []string{"openid"})}
+		if path := e.String("LUCIUS_CONSOLE_OIDC_CLIENT_SECRET_FILE", ""); path != "" {
+			secret, err := os.ReadFile(path)
+			if err != nil {
+				return cfg, fmt.Errorf("LUCIUS_CONSOLE_OIDC_CLIENT_SECRET_FILE: %w", err)
+			}
+			o.ClientSecret = strings.TrimSpace(string(secret))
+		}
+		cfg.Console.OIDC = o
+	}
 	cfg.Policy.MaxKeyLimiters = e.Int("LUCIUS_RATE_KEY_BUCKETS", gateway.DefaultMaxKeyLimiters)
 	if cfg.Policy.FileRoots, err = config.ParseFileRoots(e.String("LUCIUS_FILE_ROOTS", "")); err != nil {
 		return cfg, err

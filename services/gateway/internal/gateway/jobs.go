@@ -48,7 +48,14 @@ type jobCursor struct {
 // ListJobs lists jobs newest first with keyset pagination.
 func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest) (*luciusv1.ListJobsResponse, error) {
 	size := pageSize(req, 50)
-	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Tenants: tenantScope(ctx), Limit: size + 1}
+	filter := ledger.JobFilter{TenantID: routing.Normalize(req.GetTenantId()), Tenants: tenantScope(ctx), Limit: size + 1,
+		WorkflowID: req.GetWorkflowId()}
+	if t := req.GetCreateTimeAfter(); t != nil {
+		filter.CreatedFrom = t.AsTime()
+	}
+	if t := req.GetCreateTimeBefore(); t != nil {
+		filter.CreatedBefore = t.AsTime()
+	}
 	for _, st := range req.GetStatuses() {
 		filter.Statuses = append(filter.Statuses, jobStatusFromProto(st))
 	}

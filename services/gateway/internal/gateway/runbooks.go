@@ -401,6 +401,43 @@ func (s *runbookService) GetBatch(ctx context.Context, req *luciusv1.GetBatchReq
 	return &luciusv1.GetBatchResponse{Batch: batchToProto(b)}, nil
 }
 
+// ListBatchMembers lists a batch's members with their step executions.
+func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.ListBatchMembersRequest) (*luciusv1.ListBatchMembersResponse, error) {
+	size := pageSize(req, 100)
+	var after string
+	if tok := req.GetPageToken(); tok != "" {
+		if err := decodeToken(tok, &after); err != nil || after == "" {
+			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+				Description: "is not a token this API returned"}).Err()
+		}
+	}
+	members, err := s.store.BatchMembers(ctx, req.GetBatchId(), after, size+1)
+	if err != nil {
+		id := strconv.FormatInt(req.GetBatchId(), 10)
+		return nil, s.error(ctx, err, &notFound{reason: ReasonBatchNotFound, what: "batch " + id, metadata: []string{"batch_id", id}})
+	}
+	resp := &luciusv1.ListBatchMembersResponse{}
+	if len(members) > size {
+		members = members[:size]
+		resp.NextPageToken = encodeToken(members[size-1].Key)
+	}
+	for _, m := range members {
+		status := luciusv1.BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE
+		if m.Status == "removed" {
+			status = luciusv1.BatchMemberStatus_BATCH_MEMBER_STATUS_REMOVED
+		}
+		pm := &luciusv1.BatchMember{MemberKey: m.Key, Status: status, AddTime: ts(m.AddedAt), RemoveTime: ts(m.RemovedAt)}
+		for _, st := range m.Steps {
+			pm.Steps = append(pm.Steps, &luciusv1.MemberStepExecution{PhaseName: st.PhaseName, Kind: st.Kind, StepName: st.StepName,
+				StepIndex: int32(st.StepIndex), WorkerId: st.WorkerID, Function: st.Function, Status: stepExecutionStatus(st.Status),
+				JobId: st.JobID, ErrorMessage: st.Error, PollCount: int32(st.PollCount), DispatchTime: ts(st.DispatchedAt),
+				CompleteTime: ts(st.CompletedAt)})
+		}
+		resp.Members = append(resp.Members, pm)
+	}
+	return resp, nil
+}
+
 // notFound says what a request addressed, for its NOT_FOUND answer.
 type notFound struct {
 	reason, what string

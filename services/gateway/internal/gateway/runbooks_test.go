@@ -521,7 +521,7 @@ func TestMemberViolationsNameTheirFields(t *testing.T) {
 	}
 }
 
-func TestBatchesAreListedAndReadWithTheirExecutions(t *testing.T) {
+func TestBatchesAreListedAndReadWithTheirExecutionsAndMembers(t *testing.T) {
 	t.Parallel()
 	f := startRunbooks(t)
 	f.apply(t, mailboxRunbook)
@@ -614,12 +614,45 @@ func TestBatchesAreListedAndReadWithTheirExecutions(t *testing.T) {
 	if code != http.StatusOK || body["batch"].(map[string]any)["phase_executions"].([]any)[0].(map[string]any)["step_counts"].(map[string]any)["polling"] != 1.0 {
 		t.Fatalf("get over REST: %d %v", code, body)
 	}
+	// Members by key, in pages, each with its step executions.
+	var members []*luciusv1.BatchMember
+	for token := ""; ; {
+		resp, err := f.runbooks.ListBatchMembers(f.ctx, &luciusv1.ListBatchMembersRequest{BatchId: batch, PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, resp.GetMembers()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+		if len(members) > 3 {
+			t.Fatal("member paging does not end")
+		}
+	}
+	if len(members) != 3 || members[0].GetMemberKey() != "a" || members[1].GetMemberKey() != "b" || members[2].GetMemberKey() != "c" {
+		t.Fatalf("members %v", members)
+	}
+	if st := members[0].GetSteps(); members[0].GetStatus() != luciusv1.BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE ||
+		members[0].GetAddTime() == nil || len(st) != 1 || st[0].GetPhaseName() != "notify" || st[0].GetKind() != "phase" ||
+		st[0].GetStepName() != "send-notice" || st[0].GetFunction() != "send_email" ||
+		st[0].GetStatus() != luciusv1.StepExecutionStatus_STEP_EXECUTION_STATUS_SUCCEEDED || st[0].GetDispatchTime() != nil {
+		t.Fatalf("member a %v", members[0])
+	}
+	if st := members[1].GetSteps(); len(st) != 1 || st[0].GetStatus() != luciusv1.StepExecutionStatus_STEP_EXECUTION_STATUS_POLLING {
+		t.Fatalf("member b %v", members[1])
+	}
+	if c := members[2]; c.GetStatus() != luciusv1.BatchMemberStatus_BATCH_MEMBER_STATUS_REMOVED || c.GetRemoveTime() == nil || len(c.GetSteps()) != 0 {
+		t.Fatalf("member c %v", c)
+	}
+
 	for _, tt := range []struct {
 		path   string
 		code   int
 		reason string
 	}{
 		{fmt.Sprintf("/v1/batches/%d", ids[2]+100), http.StatusNotFound, ReasonBatchNotFound},
+		{fmt.Sprintf("/v1/batches/%d/members", ids[2]+100), http.StatusNotFound, ReasonBatchNotFound},
+		{fmt.Sprintf("/v1/batches/%d/members?page_token=garbage", batch), http.StatusBadRequest, server.ReasonInvalidPageToken},
 		{"/v1/runbooks/nope/batches", http.StatusNotFound, ReasonRunbookNotFound},
 		{"/v1/runbooks/mailbox-move/batches?page_token=garbage", http.StatusBadRequest, server.ReasonInvalidPageToken},
 		{"/v1/batches/0", http.StatusBadRequest, server.ReasonInvalidArgument},

@@ -8,7 +8,8 @@
 // version and register its steps' handlers and generated workflows, load
 // member data, read batches with their phase and init executions) from
 // PostgreSQL, over gRPC and REST (grpc-gateway, dialed through the gRPC
-// endpoint so REST calls pass the same interceptors).
+// endpoint so REST calls pass the same interceptors), and the web console
+// (package console) at /ui/.
 package gateway
 
 import (
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/process"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -28,6 +30,7 @@ import (
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"
+	"github.com/lucius-platform/lucius/services/gateway/internal/console"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -41,11 +44,13 @@ type Config struct {
 	// workflow's defaults); every process should have the same.
 	WorkflowLimits workflow.Limits
 	Policy         Policy
+	// Console configures the web console at /ui/ and its login tickets.
+	Console console.Config
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate(), c.WorkflowLimits.Validate())
+	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate(), c.WorkflowLimits.Validate(), c.Console.Validate())
 }
 
 func (c *Config) defaults() {
@@ -60,7 +65,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations, runbook.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations, runbook.Migrations,
+		console.Migrations)
 	if err != nil {
 		return err
 	}
@@ -84,11 +90,26 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	ep, err := cfg.Service.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary()},
-		runtime.WithForwardResponseOption(acceptedFor202))
+	sessions := console.NewStore(pool)
+	svc := cfg.Service
+	svc.Sessions = sessions
+	ep, err := svc.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary()},
+		runtime.WithForwardResponseOption(acceptedFor202), runtime.WithMetadata(console.SessionMetadata))
 	if err != nil {
 		return err
 	}
+	authn, err := auth.NewAuthenticator(cfg.Auth)
+	if err != nil {
+		ep.Close()
+		return err
+	}
+	con, err := console.New(cfg.Console, sessions, authn, ep.HTTPAddr(), log)
+	if err != nil {
+		ep.Close()
+		return err
+	}
+	ep.Front = con.Front
+	luciusv1.RegisterConsoleServiceServer(ep.GRPC, con)
 	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
 	watch := newWatchHub(store, log)
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
@@ -110,7 +131,8 @@ func Run(ctx context.Context, cfg Config) error {
 		luciusv1.RegisterConfigServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterRunbookServiceHandler(ctx, ep.REST, ep.Conn()),
 		luciusv1.RegisterCircuitBreakerServiceHandler(ctx, ep.REST, ep.Conn()),
-		luciusv1.RegisterWorkerServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
+		luciusv1.RegisterWorkerServiceHandler(ctx, ep.REST, ep.Conn()),
+		luciusv1.RegisterConsoleServiceHandler(ctx, ep.REST, ep.Conn())); err != nil {
 		ep.Close()
 		return err
 	}

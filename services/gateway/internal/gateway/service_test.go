@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/auth/authtest"
@@ -253,6 +255,31 @@ func TestJobLookupsAndPaging(t *testing.T) {
 	filtered, err := f.jobs.ListJobs(f.ctx, &luciusv1.ListJobsRequest{Statuses: []luciusv1.JobStatus{luciusv1.JobStatus_JOB_STATUS_SUCCEEDED}})
 	if err != nil || len(filtered.GetJobs()) != 0 {
 		t.Fatalf("status filter: %v %d", err, len(filtered.GetJobs()))
+	}
+	// Workflow and acceptance-time filters, over gRPC and REST.
+	now := time.Now()
+	for _, tt := range []struct {
+		name string
+		req  *luciusv1.ListJobsRequest
+		want int
+	}{
+		{"its workflow", &luciusv1.ListJobsRequest{WorkflowId: "OCR_EMBEDDING_SIS"}, 5},
+		{"another workflow", &luciusv1.ListJobsRequest{WorkflowId: "E2E_NONE"}, 0},
+		{"accepted since an hour ago", &luciusv1.ListJobsRequest{CreateTimeAfter: timestamppb.New(now.Add(-time.Hour))}, 5},
+		{"accepted since a minute from now", &luciusv1.ListJobsRequest{CreateTimeAfter: timestamppb.New(now.Add(time.Minute))}, 0},
+		{"accepted before an hour ago", &luciusv1.ListJobsRequest{CreateTimeBefore: timestamppb.New(now.Add(-time.Hour))}, 0},
+		{"accepted in the last hour", &luciusv1.ListJobsRequest{CreateTimeAfter: timestamppb.New(now.Add(-time.Hour)),
+			CreateTimeBefore: timestamppb.New(now.Add(time.Minute)), WorkflowId: "OCR_EMBEDDING_SIS"}, 5},
+	} {
+		resp, err := f.jobs.ListJobs(f.ctx, tt.req)
+		if err != nil || len(resp.GetJobs()) != tt.want {
+			t.Fatalf("%s: %d jobs (%v), want %d", tt.name, len(resp.GetJobs()), err, tt.want)
+		}
+	}
+	since := url.QueryEscape(now.Add(-time.Hour).UTC().Format(time.RFC3339))
+	if code, body := f.rest(t, "GET", "/v1/jobs?workflow_id=OCR_EMBEDDING_SIS&create_time_after="+since, nil); code != http.StatusOK ||
+		len(body["jobs"].([]any)) != 5 {
+		t.Fatalf("filtered over REST: %d %v", code, body)
 	}
 	if _, err := f.jobs.ListJobs(f.ctx, &luciusv1.ListJobsRequest{PageToken: "garbage"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad page token: %v", err)
