@@ -45,8 +45,7 @@ func FuzzParseCondition(f *testing.F) {
 			got := c.Match(v)
 			switch c.Op {
 			case "==", "!=":
-				other := *c
-				other.Op = map[string]string{"==": "!=", "!=": "=="}[c.Op]
+				other := complement(t, c)
 				if other.Match(v) == got && !isNaN(v) && !isNaN(c.Value) {
 					t.Fatalf("%q and its negation agree (%v) on %#v", raw, got, v)
 				}
@@ -59,8 +58,7 @@ func FuzzParseCondition(f *testing.F) {
 					}
 					continue
 				}
-				other := *c
-				other.Op = map[string]string{"<": ">=", ">=": "<"}[c.Op]
+				other := complement(t, c)
 				if !math.IsNaN(a) && !math.IsNaN(b) && other.Match(v) == got {
 					t.Fatalf("%q and its complement agree (%v) on %#v", raw, got, v)
 				}
@@ -79,6 +77,18 @@ func FuzzParseCondition(f *testing.F) {
 			}
 		}
 	})
+}
+
+// complement parses the comparison with the opposite operator (== and !=,
+// < and >=) and the same operand.
+func complement(t *testing.T, c *Condition) *Condition {
+	t.Helper()
+	op := map[string]string{"==": "!=", "!=": "==", "<": ">=", ">=": "<"}[c.Op]
+	other, err := ParseCondition(op + " " + c.operand)
+	if err != nil || other.Op != op {
+		t.Fatalf("the complement of %q (%s %s): %+v, %v", c.Raw, op, c.operand, other, err)
+	}
+	return other
 }
 
 func isNaN(v any) bool {

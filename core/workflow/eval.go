@@ -180,7 +180,7 @@ func (e *evaluator) step(n *Node) bool {
 	case TypeConditional:
 		value := n.ConditionField.Render(e.scope())
 		for _, b := range n.Branches {
-			if b.Default || b.Condition.Match(value) {
+			if b.Default || b.Condition.MatchIn(value, e.st.Inputs) {
 				e.resolve(n, Succeeded, map[string]any{"branch": b.Next, "value": value})
 				return true
 			}

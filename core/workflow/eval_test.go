@@ -77,6 +77,25 @@ nodes:
   E: {type: end}
 `
 
+// whenYAML branches with CEL over the value and the inputs.
+const whenYAML = `workflow_id: wh
+version: 1
+inputs:
+  mode: {type: string, default: careful}
+nodes:
+  S: {type: start, next: v}
+  v: {type: task, handler: h, next: c}
+  c:
+    type: conditional
+    condition_field: "{{ nodes.v.output.size }}"
+    branches:
+      - {when: "inputs.mode == 'fast' || lucius.number(value) < 100.0", next: small}
+      - {default: true, next: big}
+  small: {type: task, handler: h, next: E}
+  big: {type: task, handler: h, next: E}
+  E: {type: end}
+`
+
 const fanYAML = `workflow_id: fan
 version: 1
 nodes:
@@ -122,6 +141,15 @@ func TestEvaluate(t *testing.T) {
 		{"join runs after the taken branch", branchYAML, State{Nodes: map[string]*NodeState{"S": ok(nil), "v": ok(nil),
 			"c": ok(map[string]any{"branch": "small"}), "big": {Status: Skipped}, "small": ok(nil), "after_small": ok(nil)}},
 			"dispatch:join"},
+		{"when: a small value takes the first branch", whenYAML, State{Inputs: map[string]any{"mode": "careful"},
+			Nodes: map[string]*NodeState{"S": ok(nil), "v": ok(map[string]any{"size": 12.0})}},
+			"succeeded:c dispatch:small skipped:big"},
+		{"when: a big value takes the default", whenYAML, State{Inputs: map[string]any{"mode": "careful"},
+			Nodes: map[string]*NodeState{"S": ok(nil), "v": ok(map[string]any{"size": 500.0})}},
+			"succeeded:c skipped:small dispatch:big"},
+		{"when: an input decides too", whenYAML, State{Inputs: map[string]any{"mode": "fast"},
+			Nodes: map[string]*NodeState{"S": ok(nil), "v": ok(map[string]any{"size": 500.0})}},
+			"succeeded:c dispatch:small skipped:big"},
 		{"fan_out expands and respects max_parallel", fanYAML, State{Nodes: map[string]*NodeState{"S": ok(nil),
 			"plan": ok(map[string]any{"items": []any{"a", "b", "c", "d", "e"}})}},
 			"expand:f:5 children:f:2"},

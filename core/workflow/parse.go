@@ -64,6 +64,7 @@ type rawRetry struct {
 
 type rawBranch struct {
 	Condition *string `yaml:"condition"`
+	When      *string `yaml:"when"`
 	Default   bool    `yaml:"default"`
 	Next      string  `yaml:"next"`
 }
@@ -459,7 +460,9 @@ func (p *parser) conditional(id string, n *Node, rn *rawNode) {
 			p.nodeErr(id, "branches", "branch %d has no next", i)
 		}
 		switch {
-		case b.Default && b.Condition != nil:
+		case b.Condition != nil && b.When != nil:
+			p.nodeErr(id, "branches", "branch %d has both condition and when: keep one", i)
+		case b.Default && (b.Condition != nil || b.When != nil):
 			p.nodeErr(id, "branches", "branch %d has both a condition and default", i)
 		case b.Default:
 			defaults++
@@ -467,15 +470,21 @@ func (p *parser) conditional(id string, n *Node, rn *rawNode) {
 				p.nodeErr(id, "branches", "the default branch must come last")
 			}
 			n.Branches = append(n.Branches, Branch{Default: true, Next: b.Next})
-		case b.Condition != nil:
-			c, err := ParseCondition(*b.Condition)
+		case b.Condition != nil || b.When != nil:
+			var c *Condition
+			var err error
+			if b.When != nil {
+				c, err = ParseWhen(*b.When)
+			} else {
+				c, err = ParseCondition(*b.Condition)
+			}
 			if err != nil {
 				p.nodeErr(id, "branches", "branch %d: %v", i, err)
 				continue
 			}
 			n.Branches = append(n.Branches, Branch{Condition: c, Next: b.Next})
 		default:
-			p.nodeErr(id, "branches", "branch %d needs a condition or default: true", i)
+			p.nodeErr(id, "branches", "branch %d needs a condition, a when or default: true", i)
 		}
 	}
 	if defaults > 1 {

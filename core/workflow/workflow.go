@@ -140,8 +140,8 @@ func (r Retry) Backoff(n int) time.Duration {
 	return min(d, r.MaxDelay)
 }
 
-// Branch is one outcome of a conditional: taken when Condition matches the
-// condition field's value, or always when Default.
+// Branch is one outcome of a conditional: taken when Condition holds for the
+// condition field's value (and the inputs), or always when Default.
 type Branch struct {
 	Condition *Condition
 	Default   bool
