@@ -22,7 +22,6 @@ require (
 
 require (
 	buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go v1.36.12-20260825204119-511051f7f437.2 // indirect
-	cel.dev/cel-go v0.33.2 // indirect
 	cel.dev/expr v0.25.3 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -72,6 +71,7 @@ require (
 )
 
 require (
+	cel.dev/cel-go v0.33.2
 	github.com/gowebpki/jcs v1.0.1
 	github.com/lucius-platform/lucius/base v0.1.0
 	github.com/lucius-platform/lucius/bus v0.1.0
