@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"sort"
 	"time"
+
+	"github.com/lucius-platform/lucius/base/retry"
 )
 
 // Node types.
@@ -131,13 +133,11 @@ type Retry struct {
 
 // Backoff is the delay before attempt n+1 after attempt n failed retryably.
 func (r Retry) Backoff(n int) time.Duration {
-	d := r.InitialDelay
+	multiplier := 1.0
 	if r.Exponential {
-		for i := 1; i < n && d < r.MaxDelay; i++ {
-			d *= 2
-		}
+		multiplier = 2
 	}
-	return min(d, r.MaxDelay)
+	return retry.Delay(r.InitialDelay, r.MaxDelay, multiplier, 0, n-1)
 }
 
 // Branch is one outcome of a conditional: taken when Condition holds for the

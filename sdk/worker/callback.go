@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lucius-platform/lucius/base/retry"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,13 +75,7 @@ func (b Backoff) validate() error {
 // It never exceeds Max.
 func (b Backoff) Delay(n int) time.Duration {
 	b = b.withDefaults()
-	d := float64(b.Initial)
-	for i := 0; i < n && d < float64(b.Max); i++ {
-		d *= b.Multiplier
-	}
-	d = min(d, float64(b.Max))
-	d *= 1 + b.Jitter*(2*rand.Float64()-1)
-	return time.Duration(min(d, float64(b.Max)))
+	return retry.Delay(b.Initial, b.Max, b.Multiplier, b.Jitter, n)
 }
 
 // roundRobin spreads callbacks over every address a target resolves to and

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/retry"
+
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -62,11 +64,7 @@ func (c *CallbackConfig) defaults() {
 
 // backoff is the delay after the n-th failed delivery.
 func (c CallbackConfig) backoff(n int) time.Duration {
-	d := c.InitialBackoff
-	for i := 1; i < n && d < c.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxBackoff)
+	return retry.Delay(c.InitialBackoff, c.MaxBackoff, 2, 0, n-1)
 }
 
 // deliverer POSTs completion callbacks ({job_id, status, result_url}, seed
