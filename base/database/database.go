@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/lucius-platform/lucius/base/migrate"
 )
@@ -55,7 +56,10 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 		pool.Close()
 		return nil, err
 	}
-	if err := migrate.Apply(ctx, pool, sets...); err != nil {
+	db := stdlib.OpenDBFromPool(pool)
+	err = migrate.Apply(ctx, db, sets...)
+	db.Close() // the pool stays open
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}

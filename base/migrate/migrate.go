@@ -1,11 +1,16 @@
-// Package migrate applies numbered SQL migrations that ship inside the binaries.
-// Every process applies them at start; a transaction-scoped advisory lock makes
-// concurrent starts safe: one process migrates, the others wait and find nothing
-// left to do.
+// Package migrate applies the numbered SQL migrations that ship inside the
+// binaries, with goose (github.com/pressly/goose/v3): each file holds a
+// `-- +goose Up` section and a `-- +goose Down` section, and each component
+// (ledger, config, runbook, bus, worker) keeps its history in its own goose
+// table, goose_<component>. Every process applies them at start; goose's
+// PostgreSQL session lock makes concurrent starts safe (one migrates, the
+// others wait and find nothing left to do). Operators run them ahead of a
+// release, see their state or step back with `lucius migrate`.
 package migrate
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,12 +18,15 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
 )
 
 // Set is the migrations of one owner (a component such as "ledger" or "bus").
-// Files are named NNNN_description.sql and applied in number order.
+// Files are named NNNN_description.sql, numbered from 1 without gaps.
 type Set struct {
 	Component string
 	FS        fs.FS
@@ -33,10 +41,8 @@ type Migration struct {
 
 var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
 
-// lockKey is the advisory lock every migrating process takes.
-const lockKey = 7_433_118_205
-
-// Load parses the migrations of a set and checks their numbering.
+// Load parses the migrations of a set and checks their naming, numbering and
+// that each has both goose sections.
 func (s Set) Load() ([]Migration, error) {
 	entries, err := fs.ReadDir(s.FS, ".")
 	if err != nil {
@@ -55,6 +61,12 @@ func (s Set) Load() ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
+		for _, section := range []string{"-- +goose Up", "-- +goose Down"} {
+			if !strings.Contains(string(body), section) {
+				return nil, fmt.Errorf("%s migration %s: no %q section (a migration that cannot be undone says so in a Down section that changes nothing)",
+					s.Component, e.Name(), section)
+			}
+		}
 		v, _ := strconv.Atoi(m[1])
 		out = append(out, Migration{Version: v, Name: m[2], SQL: string(body)})
 	}
@@ -67,62 +79,102 @@ func (s Set) Load() ([]Migration, error) {
 	return out, nil
 }
 
-// Conn is what Apply needs: a pool or a single connection.
-type Conn interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+// Table is the goose table that holds the component's history.
+func (s Set) Table() string { return "goose_" + s.Component }
+
+// Provider returns goose's provider for the set over db: its own table,
+// PostgreSQL's session lock, history adopted from the runner goose replaced.
+func (s Set) Provider(ctx context.Context, db *sql.DB) (*goose.Provider, error) {
+	if _, err := s.Load(); err != nil {
+		return nil, err
+	}
+	store, err := database.NewStore(database.DialectPostgres, s.Table())
+	if err != nil {
+		return nil, err
+	}
+	if err := adoptHistory(ctx, db, store, s.Table(), s.Component); err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", s.Component, err)
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectCustom, db, s.FS, goose.WithStore(store), goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 }
 
 // Apply brings the database up to date with every set, in order.
-func Apply(ctx context.Context, db Conn, sets ...Set) error {
+func Apply(ctx context.Context, db *sql.DB, sets ...Set) error {
 	for _, s := range sets {
-		if err := applySet(ctx, db, s); err != nil {
+		p, err := s.Provider(ctx, db)
+		if err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func applySet(ctx context.Context, db Conn, s Set) error {
-	migrations, err := s.Load()
-	if err != nil {
-		return err
-	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate %s: %w", s.Component, err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // rollback after commit is a no-op
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(lockKey)); err != nil {
-		return fmt.Errorf("migrate %s: lock: %w", s.Component, err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		component  text        NOT NULL,
-		version    int         NOT NULL,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (component, version))`); err != nil {
-		return fmt.Errorf("migrate %s: create schema_migrations: %w", s.Component, err)
-	}
-	var current int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations WHERE component = $1`, s.Component).Scan(&current); err != nil {
-		return fmt.Errorf("migrate %s: read version: %w", s.Component, err)
-	}
-	if current > len(migrations) {
-		return fmt.Errorf("migrate %s: database is at version %d but this binary knows only %d: %w", s.Component, current, len(migrations), ErrTooNew)
-	}
-	for _, m := range migrations[current:] {
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return fmt.Errorf("migrate %s %04d_%s: %w", s.Component, m.Version, m.Name, err)
+		current, known, err := p.GetVersions(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", s.Component, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (component, version, name) VALUES ($1, $2, $3)`, s.Component, m.Version, m.Name); err != nil {
-			return fmt.Errorf("migrate %s: record %d: %w", s.Component, m.Version, err)
+		if current > known {
+			return fmt.Errorf("migrate %s: database is at version %d but this binary knows only %d: %w", s.Component, current, known, ErrTooNew)
 		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migrate %s: commit: %w", s.Component, err)
+		if _, err := p.Up(ctx); err != nil {
+			return fmt.Errorf("migrate %s: %w", s.Component, err)
+		}
 	}
 	return nil
 }
 
 // ErrTooNew means the database was migrated by a newer binary.
 var ErrTooNew = errors.New("database schema is newer than this binary")
+
+// adoptLock serializes adopting history between processes starting together.
+const adoptLock = 7_433_118_205
+
+// adoptHistory carries a component's history over from schema_migrations,
+// the table of the hand-written runner goose replaced: once, when the goose
+// table does not exist yet, each version recorded there is recorded as
+// applied in the goose table, so nothing runs twice.
+func adoptHistory(ctx context.Context, db *sql.DB, store database.Store, table, component string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // rollback after commit is a no-op
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adoptLock)); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	var legacy, adopted bool
+	if err := tx.QueryRowContext(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL, to_regclass($1) IS NOT NULL`, table).
+		Scan(&legacy, &adopted); err != nil {
+		return err
+	}
+	if !legacy || adopted {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations WHERE component = $1 ORDER BY version`, component)
+	if err != nil {
+		return err
+	}
+	var versions []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		versions = append(versions, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(versions) == 0 {
+		return err
+	}
+	if err := store.CreateVersionTable(ctx, tx); err != nil {
+		return err
+	}
+	for _, v := range append([]int64{0}, versions...) {
+		if err := store.Insert(ctx, tx, database.InsertRequest{Version: v}); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

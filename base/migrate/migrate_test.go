@@ -6,6 +6,9 @@ import (
 	"testing/fstest"
 )
 
+// both is a migration with its two goose sections.
+var both = &fstest.MapFile{Data: []byte("-- +goose Up\nSELECT 1;\n-- +goose Down\nSELECT 1;\n")}
+
 func TestLoadRejectsBadNamesAndGaps(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -13,11 +16,13 @@ func TestLoadRejectsBadNamesAndGaps(t *testing.T) {
 		files   fstest.MapFS
 		wantErr string
 	}{
-		{"ordered", fstest.MapFS{"0001_a.sql": {}, "0002_b.sql": {}}, ""},
-		{"gap", fstest.MapFS{"0001_a.sql": {}, "0003_c.sql": {}}, "expected version 2"},
-		{"bad name", fstest.MapFS{"1_a.sql": {}}, "must match"},
-		{"not starting at one", fstest.MapFS{"0002_b.sql": {}}, "expected version 1"},
-		{"other files ignored", fstest.MapFS{"0001_a.sql": {}, "README.md": {}}, ""},
+		{"ordered", fstest.MapFS{"0001_a.sql": both, "0002_b.sql": both}, ""},
+		{"gap", fstest.MapFS{"0001_a.sql": both, "0003_c.sql": both}, "expected version 2"},
+		{"bad name", fstest.MapFS{"1_a.sql": both}, "must match"},
+		{"not starting at one", fstest.MapFS{"0002_b.sql": both}, "expected version 1"},
+		{"other files ignored", fstest.MapFS{"0001_a.sql": both, "README.md": {}}, ""},
+		{"no down section", fstest.MapFS{"0001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE a (id int);\n")}}, `no "-- +goose Down" section`},
+		{"no up section", fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE a (id int);\n")}}, `no "-- +goose Up" section`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

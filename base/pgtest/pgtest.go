@@ -14,6 +14,7 @@ package pgtest
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for goose
 
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/pgcluster"
@@ -160,12 +162,12 @@ func ensureTemplate(ctx context.Context, sets []migrate.Set) (string, error) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", name)); err != nil {
 		return "", err
 	}
-	conn, err := pgx.Connect(ctx, withDatabase(serverURL, name))
+	db, err := sql.Open("pgx", withDatabase(serverURL, name))
 	if err != nil {
 		return "", err
 	}
-	err = migrate.Apply(ctx, conn, sets...)
-	conn.Close(ctx)
+	err = migrate.Apply(ctx, db, sets...)
+	db.Close()
 	if err != nil {
 		return "", err
 	}

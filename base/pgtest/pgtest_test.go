@@ -5,12 +5,14 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/pgtest"
 )
 
 var testMigrations = migrate.Set{Component: "pgtest", FS: fstest.MapFS{
-	"0001_widgets.sql": {Data: []byte(`CREATE TABLE widgets (id int PRIMARY KEY)`)},
+	"0001_widgets.sql": {Data: []byte("-- +goose Up\nCREATE TABLE widgets (id int PRIMARY KEY);\n-- +goose Down\nDROP TABLE widgets;\n")},
 }}
 
 func TestMain(m *testing.M) { pgtest.Main(m, testMigrations) }
@@ -30,11 +32,11 @@ func TestNewPoolGivesEachTestItsOwnMigratedDatabase(t *testing.T) {
 		t.Fatalf("database b sees %d rows written to database a", n)
 	}
 	var applied int
-	if err := a.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE component = 'pgtest'`).Scan(&applied); err != nil {
+	if err := a.QueryRow(ctx, `SELECT count(*) FROM goose_pgtest WHERE version_id > 0 AND is_applied`).Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
 	if applied != 1 {
-		t.Fatalf("schema_migrations has %d rows for pgtest, want 1", applied)
+		t.Fatalf("goose_pgtest records %d applied migrations, want 1", applied)
 	}
 }
 
@@ -42,13 +44,15 @@ func TestMigrationsAreIdempotentWhenAppliedConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
 	more := migrate.Set{Component: "extra", FS: fstest.MapFS{
-		"0001_a.sql": {Data: []byte(`CREATE TABLE a (id int)`)},
-		"0002_b.sql": {Data: []byte(`CREATE TABLE b (id int)`)},
+		"0001_a.sql": {Data: []byte("-- +goose Up\nCREATE TABLE a (id int);\n-- +goose Down\nDROP TABLE a;\n")},
+		"0002_b.sql": {Data: []byte("-- +goose Up\nCREATE TABLE b (id int);\n-- +goose Down\nDROP TABLE b;\n")},
 	}}
 	errs := make(chan error, 8)
 	for range 8 {
-		go func() { errs <- migrate.Apply(ctx, pool, more) }()
+		go func() { errs <- migrate.Apply(ctx, db, more) }()
 	}
 	for range 8 {
 		if err := <-errs; err != nil {
@@ -56,7 +60,7 @@ func TestMigrationsAreIdempotentWhenAppliedConcurrently(t *testing.T) {
 		}
 	}
 	var version int
-	if err := pool.QueryRow(ctx, `SELECT max(version) FROM schema_migrations WHERE component = 'extra'`).Scan(&version); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT max(version_id) FROM goose_extra WHERE is_applied`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	if version != 2 {

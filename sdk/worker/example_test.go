@@ -12,9 +12,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/bus/pgbus"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/sdk/worker"
@@ -104,14 +102,11 @@ func ExampleClassify() {
 func ExampleNewRunner() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := database.Open(ctx, os.Getenv("DATABASE_URL"), 0, pgbus.Migrations, worker.Migrations)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	if err := migrate.Apply(ctx, pool, pgbus.Migrations, worker.Migrations); err != nil {
-		log.Fatal(err)
-	}
 	b, err := pgbus.New(ctx, pool, pgbus.Config{})
 	if err != nil {
 		log.Fatal(err)

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Queues and topics share one namespace, as in Service Bus. Options are
 -- intervals; queue-only columns are NULL for topics.
 CREATE TABLE bus_entities (
@@ -75,3 +76,8 @@ CREATE TABLE bus_duplicates (
 );
 
 CREATE INDEX bus_duplicates_expiry ON bus_duplicates (expires_at);
+
+-- +goose Down
+DROP TABLE bus_duplicates, bus_messages;
+DROP VIEW bus_receivables;
+DROP TABLE bus_subscriptions, bus_entities;

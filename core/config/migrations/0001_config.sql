@@ -1,3 +1,4 @@
+-- +goose Up
 -- Live configuration (package config). Bodies are JSON written and validated
 -- by the Go code; revision orders every change, and each change notifies
 -- config_changed with the new revision so caches reload within a second.
@@ -22,3 +23,6 @@ CREATE TABLE config_tenants (
     revision   bigint      NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- +goose Down
+DROP TABLE config_tenants, config_global, config_head;

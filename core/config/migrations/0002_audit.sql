@@ -1,3 +1,4 @@
+-- +goose Up
 -- Who changed the configuration: every change names its principal
 -- (issuer#subject of the operator's token; "seed" for the environment's
 -- seed of a fresh database), on the row it left and in config_changes, one
@@ -14,3 +15,8 @@ CREATE TABLE config_changes (
     changed_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX config_changes_scope ON config_changes (scope, revision);
+
+-- +goose Down
+DROP TABLE config_changes;
+ALTER TABLE config_tenants DROP COLUMN updated_by;
+ALTER TABLE config_global DROP COLUMN updated_by;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Paused work (operators' pause and resume): while a pause matches a job
 -- (every job, its tenant, its lane or its workflow), no new step of it is
 -- dispatched; with refuse_submits the gateway also refuses new commands.
@@ -13,3 +14,6 @@ CREATE TABLE config_pauses (
     revision       bigint      NOT NULL,
     PRIMARY KEY (scope, key)
 );
+
+-- +goose Down
+DROP TABLE config_pauses;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Accepted commands. The job id is derived from the tenant and idempotency key
 -- (or the canonical command), so the primary key enforces idempotency.
 CREATE TABLE requests (
@@ -226,3 +227,6 @@ CREATE INDEX dead_letters_job ON dead_letters (job_id, id);
 -- completes the message and sees it again.
 CREATE UNIQUE INDEX dead_letters_bus_message ON dead_letters (entity, message_id) WHERE kind = 'bus';
 CREATE INDEX dead_letters_kind ON dead_letters (kind, id DESC);
+
+-- +goose Down
+DROP TABLE dead_letters, handlers, workflow_definitions, outbox, job_events, attempts, steps, jobs, requests;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Admission slots (seed 004 §10): how many jobs are active (accepted, not yet
 -- terminal) per scope. Accepting a request takes a slot in its tenant, its
 -- lane and the global scope, in the request's own transaction and only under
@@ -12,3 +13,8 @@ CREATE TABLE admission_usage (
 -- The repair check counts live work by tenant and lane.
 CREATE INDEX jobs_tenant_live ON jobs (tenant_id) WHERE completed_at IS NULL;
 CREATE INDEX requests_tenant_unclaimed ON requests (tenant_id) WHERE claimed_at IS NULL;
+
+-- +goose Down
+DROP INDEX requests_tenant_unclaimed;
+DROP INDEX jobs_tenant_live;
+DROP TABLE admission_usage;

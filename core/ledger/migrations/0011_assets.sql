@@ -1,3 +1,4 @@
+-- +goose Up
 -- Assets (seed 001 §1, §7): what a partner platform's identifiers name.
 -- asset_id = hex(SHA-256(platform_id | canonical platform_refs))[:32], per
 -- tenant; platform_refs are stored as first given and never change. The
@@ -34,3 +35,6 @@ CREATE TABLE asset_revisions (
     PRIMARY KEY (tenant_id, asset_id, revision),
     FOREIGN KEY (tenant_id, asset_id) REFERENCES assets (tenant_id, asset_id)
 );
+
+-- +goose Down
+DROP TABLE asset_revisions, assets;

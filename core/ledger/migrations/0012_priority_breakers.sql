@@ -1,3 +1,4 @@
+-- +goose Up
 -- Priority (0–10) of a job, from its command, and of the messages sent for
 -- it. A message of priority p is inserted available p × 6 s early (see
 -- bus.PriorityHeadStart), so the dispatcher's (available_at, id) order claims
@@ -59,3 +60,9 @@ CREATE INDEX step_holds_release ON step_holds (kind, service, priority DESC, hel
 
 -- The breakers' window: attempts that ended recently.
 CREATE INDEX attempts_completed ON attempts (completed_at) WHERE completed_at IS NOT NULL;
+
+-- +goose Down
+DROP INDEX attempts_completed;
+DROP TABLE step_holds, circuit_transitions, circuit_breakers;
+ALTER TABLE outbox DROP COLUMN priority;
+ALTER TABLE jobs DROP COLUMN priority;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Worker instances as they announce themselves (WorkerService): one row per
 -- service and instance, refreshed by every heartbeat. The handlers they run
 -- join the catalog (handlers) when announced.
@@ -11,3 +12,6 @@ CREATE TABLE worker_instances (
     PRIMARY KEY (service, instance_id)
 );
 CREATE INDEX worker_instances_seen ON worker_instances (last_seen_at);
+
+-- +goose Down
+DROP TABLE worker_instances;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Runbooks (package runbook): versioned runbooks, their batches, members,
 -- phase, step and init executions (seed 003, in PostgreSQL types). Each
 -- version's member data lives in its own table runbook_{name}_v{version},
@@ -121,3 +122,8 @@ CREATE TABLE init_executions (
 );
 CREATE UNIQUE INDEX init_executions_job ON init_executions (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX init_executions_polling ON init_executions (last_polled_at) WHERE status = 'polling';
+
+-- +goose Down
+-- Member data tables (runbooks.data_table_name) are created at run time and
+-- are left in place.
+DROP TABLE init_executions, step_executions, phase_executions, batch_members, batches, runbooks;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- One row per executed attempt of a step: the worker skeleton's idempotency
 -- record. A row is created when a worker claims an attempt and finished with
 -- the RESULT it reported, which is re-sent verbatim for duplicate directives.
@@ -26,3 +27,6 @@ CREATE TABLE worker_executions (
 
 -- Retention deletes finished rows by age.
 CREATE INDEX worker_executions_finished_at ON worker_executions (finished_at) WHERE finished_at IS NOT NULL;
+
+-- +goose Down
+DROP TABLE worker_executions;

@@ -1,3 +1,4 @@
+-- +goose Up
 -- One row per step whose work committed: the step's effect. The key is the
 -- step, not the attempt, so when a later attempt of the same step (after an
 -- ACK timeout or a lease expiry) succeeds again, its insert does nothing and
@@ -17,3 +18,6 @@ CREATE TABLE worker_effects (
 
 -- Retention deletes rows by age.
 CREATE INDEX worker_effects_committed_at ON worker_effects (committed_at);
+
+-- +goose Down
+DROP TABLE worker_effects;

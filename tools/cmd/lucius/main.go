@@ -108,7 +108,7 @@ LUCIUS_ADDR and LUCIUS_TOKEN override the context's address and token.`,
 	root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp)) //nolint:errcheck
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &codedError{code: exitUsage, err: err} })
 	root.AddCommand(tokenCommand(), submitCommand(s), jobCommand(s), dlqCommand(s), workflowCommand(s),
-		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s), uiCommand(s))
+		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s), uiCommand(s), migrateCommand(s))
 	root.AddCommand(pauseCommands(s)...)
 	return root
 }

@@ -1,3 +1,4 @@
+-- +goose Up
 -- Console login tickets and sessions. Only the SHA-256 of each secret is
 -- kept; the principal is the snapshot the ticket was minted for.
 CREATE TABLE console_tickets (
@@ -17,3 +18,6 @@ CREATE TABLE console_sessions (
 
 CREATE INDEX console_tickets_expires ON console_tickets (expires_at);
 CREATE INDEX console_sessions_expires ON console_sessions (expires_at);
+
+-- +goose Down
+DROP TABLE console_sessions, console_tickets;
