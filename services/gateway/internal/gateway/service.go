@@ -94,7 +94,8 @@ func Run(ctx context.Context, cfg Config) error {
 	svc := cfg.Service
 	svc.Sessions = sessions
 	ep, err := svc.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary()},
-		runtime.WithForwardResponseOption(acceptedFor202), runtime.WithMetadata(console.SessionMetadata))
+		runtime.WithForwardResponseOption(acceptedFor202), runtime.WithForwardResponseRewriter(invalidStaysExplicit),
+		runtime.WithMetadata(console.SessionMetadata))
 	if err != nil {
 		return err
 	}
@@ -142,6 +143,16 @@ func Run(ctx context.Context, cfg Config) error {
 
 // acceptedFor202 answers a REST submit with 202 Accepted: the command is
 // accepted, its work runs asynchronously.
+// invalidStaysExplicit keeps "valid": false in a workflow dry run's REST
+// answer: callers test that field, and proto3 JSON leaves out a false bool.
+func invalidStaysExplicit(_ context.Context, m proto.Message) (any, error) {
+	v, ok := m.(*luciusv1.ValidateWorkflowResponse)
+	if !ok || v.GetValid() {
+		return m, nil
+	}
+	return map[string]any{"valid": false, "errors": v.GetErrors()}, nil
+}
+
 func acceptedFor202(_ context.Context, w http.ResponseWriter, m proto.Message) error {
 	if _, ok := m.(*luciusv1.SubmitResponse); ok {
 		w.WriteHeader(http.StatusAccepted)

@@ -56,7 +56,7 @@ func TestWorkflowServiceOverREST(t *testing.T) {
 		t.Fatalf("invalid definition: %d %v", code, body)
 	}
 	code, body = f.rest(t, "POST", "/v1/workflows:validate", map[string]any{"source": broken})
-	if code != http.StatusOK || body["valid"] == true || len(body["errors"].([]any)) != 1 {
+	if code != http.StatusOK || body["valid"] != false || len(body["errors"].([]any)) != 1 {
 		t.Fatalf("validate: %d %v", code, body)
 	}
 	if code, body = f.rest(t, "POST", "/v1/workflows:validate", map[string]any{"source": twoStepYAML}); code != http.StatusOK || body["valid"] != true {
