@@ -406,22 +406,23 @@ var File_lucius_v1_command_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc1\a\n" +
-	"\aCommand\x12N\n" +
-	"\ttenant_id\x18\x01 \x01(\tB1\xe0A\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12I\n" +
-	"\frequest_type\x18\x02 \x01(\tB&\xe0A\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
-	"\x04mode\x18\x03 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12+\n" +
-	"\tinput_ref\x18\x04 \x01(\tB\x0e\xe0A\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\binputRef\x12-\n" +
+	"\x17lucius/v1/command.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\xc8\a\n" +
+	"\aCommand\x12O\n" +
+	"\ttenant_id\x18\x01 \x01(\tB2\xe2A\x01\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12J\n" +
+	"\frequest_type\x18\x02 \x01(\tB'\xe2A\x01\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\vrequestType\x12-\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x12,\n" +
+	"\tinput_ref\x18\x04 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\binputRef\x12.\n" +
 	"\n" +
-	"output_ref\x18\x05 \x01(\tB\x0e\xe0A\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\toutputRef\x12<\n" +
-	"\apayload\x18\x06 \x01(\v2\x17.google.protobuf.StructB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\apayload\x121\n" +
-	"\x0fidempotency_key\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x0eidempotencyKey\x12D\n" +
-	"\x0eschema_version\x18\b \x01(\tB\x1d\xe0A\x02\xbaH\x17r\x152\x13^[0-9]+(\\.[0-9]+)?$R\rschemaVersion\x12\x1f\n" +
+	"output_ref\x18\x05 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\toutputRef\x12=\n" +
+	"\apayload\x18\x06 \x01(\v2\x17.google.protobuf.StructB\n" +
+	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\apayload\x121\n" +
+	"\x0fidempotency_key\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x0eidempotencyKey\x12E\n" +
+	"\x0eschema_version\x18\b \x01(\tB\x1e\xe2A\x01\x02\xbaH\x17r\x152\x13^[0-9]+(\\.[0-9]+)?$R\rschemaVersion\x12\x1f\n" +
 	"\x06doc_id\x18\t \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x05docId\x12/\n" +
 	"\x0ecorrelation_id\x18\n" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\rcorrelationId\x121\n" +
-	"\fcallback_url\x18\v \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\vcallbackUrl\x12&\n" +
-	"\fsubmitted_by\x18\f \x01(\tB\x03\xe0A\x03R\vsubmittedBy\x12J\n" +
+	"\fcallback_url\x18\v \x01(\tB\x0e\xbaH\v\xd8\x01\x01r\x06\x18\x80\x10\x88\x01\x01R\vcallbackUrl\x12'\n" +
+	"\fsubmitted_by\x18\f \x01(\tB\x04\xe2A\x01\x03R\vsubmittedBy\x12J\n" +
 	"\vplatform_id\x18\r \x01(\tB)\xbaH&r$\x18\x80\x012\x1f^([A-Za-z0-9][A-Za-z0-9._-]*)?$R\n" +
 	"platformId\x12x\n" +
 	"\rplatform_refs\x18\x0e \x03(\v2$.lucius.v1.Command.PlatformRefsEntryB-\xbaH*\x9a\x01'\x10\x10\"\x1ar\x182\x16^[a-z][a-z0-9_]{0,63}$*\ar\x05\x10\x01\x18\x80\x02R\fplatformRefs\x12%\n" +
@@ -429,9 +430,10 @@ const file_lucius_v1_command_proto_rawDesc = "" +
 	"(\x00R\bpriority\x1a?\n" +
 	"\x11PlatformRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
-	"\rSubmitRequest\x127\n" +
-	"\acommand\x18\x01 \x01(\v2\x12.lucius.v1.CommandB\t\xe0A\x02\xbaH\x03\xc8\x01\x01R\acommand\"\xf2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\rSubmitRequest\x128\n" +
+	"\acommand\x18\x01 \x01(\v2\x12.lucius.v1.CommandB\n" +
+	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\acommand\"\xf2\x01\n" +
 	"\x0eSubmitResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.lucius.v1.JobStatusR\x06status\x12\x1c\n" +
