@@ -178,3 +178,14 @@ func adoptHistory(ctx context.Context, db *sql.DB, store database.Store, table, 
 	}
 	return tx.Commit()
 }
+
+// Embedded is the set of a component whose migration files are embedded in
+// its package's dir (//go:embed dir/*.sql). It panics when dir is not in
+// fsys: the embed directive beside the call guarantees it.
+func Embedded(component string, fsys fs.FS, dir string) Set {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("migrate: %s migrations: %v", component, err))
+	}
+	return Set{Component: component, FS: sub}
+}

@@ -34,7 +34,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -56,15 +55,7 @@ import (
 var migrationFiles embed.FS
 
 // Migrations create the bus tables (bus_*). Apply them with package migrate.
-var Migrations = migrate.Set{Component: "bus", FS: mustSub(migrationFiles, "migrations")}
-
-func mustSub(fsys fs.FS, dir string) fs.FS {
-	sub, err := fs.Sub(fsys, dir)
-	if err != nil {
-		panic(err) // the directory is embedded above
-	}
-	return sub
-}
+var Migrations = migrate.Embedded("bus", migrationFiles, "migrations")
 
 // Config tunes a Bus. Zero values take the defaults noted.
 type Config struct {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"time"
 
@@ -21,10 +20,7 @@ import (
 var migrationFiles embed.FS
 
 // Migrations create the configuration tables.
-var Migrations = func() migrate.Set {
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	return migrate.Set{Component: "config", FS: sub}
-}()
+var Migrations = migrate.Embedded("config", migrationFiles, "migrations")
 
 // Channel is notified with the new revision after every change.
 const Channel = "config_changed"

@@ -11,7 +11,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"time"
 
@@ -26,10 +25,7 @@ import (
 var migrationFiles embed.FS
 
 // Migrations create and evolve the ledger's tables.
-var Migrations = func() migrate.Set {
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	return migrate.Set{Component: "ledger", FS: sub}
-}()
+var Migrations = migrate.Embedded("ledger", migrationFiles, "migrations")
 
 // Errors returned by the store.
 var (

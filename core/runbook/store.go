@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -24,10 +23,7 @@ var migrationFiles embed.FS
 
 // Migrations create the runbook tables (not the per-version member tables,
 // which Apply creates).
-var Migrations = func() migrate.Set {
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	return migrate.Set{Component: "runbook", FS: sub}
-}()
+var Migrations = migrate.Embedded("runbook", migrationFiles, "migrations")
 
 // Errors of the store.
 var (

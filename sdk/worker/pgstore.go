@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,15 +21,7 @@ var migrationFiles embed.FS
 // Migrations create the worker's tables (worker_executions, worker_effects).
 // Apply them with package migrate, next to the bus's
 // (busconfig.Config.Migrations) when the bus shares the database.
-var Migrations = migrate.Set{Component: "worker", FS: mustSub(migrationFiles, "migrations")}
-
-func mustSub(fsys fs.FS, dir string) fs.FS {
-	sub, err := fs.Sub(fsys, dir)
-	if err != nil {
-		panic(err) // the directory is embedded above
-	}
-	return sub
-}
+var Migrations = migrate.Embedded("worker", migrationFiles, "migrations")
 
 // The store's queries, all in one place.
 const (

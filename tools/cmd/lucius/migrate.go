@@ -40,34 +40,31 @@ release (a Kubernetes Job) so that they find nothing to do.
 The database is --database-url, else DATABASE_URL.`,
 	}
 	cmd.PersistentFlags().StringVar(&databaseURL, "database-url", "", "the database (default: $DATABASE_URL)")
-	open := func() (*sql.DB, error) {
+	// withDB runs fn on the database, then prints every migration's state.
+	withDB := func(cmd *cobra.Command, fn func(db *sql.DB) error) error {
 		url := databaseURL
 		if url == "" {
 			url = os.Getenv("DATABASE_URL")
 		}
 		if url == "" {
-			return nil, usageErrorf("no database: pass --database-url or set DATABASE_URL")
+			return usageErrorf("no database: pass --database-url or set DATABASE_URL")
 		}
 		db, err := sql.Open("pgx", url)
 		if err != nil {
-			return nil, &codedError{code: exitUsage, err: err}
+			return &codedError{code: exitUsage, err: err}
 		}
-		return db, nil
+		defer db.Close()
+		if err := fn(db); err != nil {
+			return err
+		}
+		return printStatus(cmd, s, db)
 	}
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Apply every pending migration",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open()
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			if err := migrate.Apply(cmd.Context(), db, schemaSets...); err != nil {
-				return err
-			}
-			return printStatus(cmd, s, db)
+			return withDB(cmd, func(db *sql.DB) error { return migrate.Apply(cmd.Context(), db, schemaSets...) })
 		},
 	}
 	status := &cobra.Command{
@@ -75,12 +72,7 @@ The database is --database-url, else DATABASE_URL.`,
 		Short: "List every migration with its state (applied, with when, or pending)",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open()
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			return printStatus(cmd, s, db)
+			return withDB(cmd, func(*sql.DB) error { return nil })
 		},
 	}
 	var component string
@@ -102,23 +94,17 @@ schema, and run the matching release's binaries afterwards.`,
 			if !ok {
 				return usageErrorf("--component %q: want one of %s", component, setNames())
 			}
-			db, err := open()
-			if err != nil {
+			return withDB(cmd, func(db *sql.DB) error {
+				p, err := set.Provider(cmd.Context(), db)
+				if err != nil {
+					return err
+				}
+				results, err := p.DownTo(cmd.Context(), version)
+				for _, r := range results {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: undid %s in %s\n", set.Component, path.Base(r.Source.Path), r.Duration.Round(time.Millisecond))
+				}
 				return err
-			}
-			defer db.Close()
-			p, err := set.Provider(cmd.Context(), db)
-			if err != nil {
-				return err
-			}
-			results, err := p.DownTo(cmd.Context(), version)
-			for _, r := range results {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: undid %s in %s\n", set.Component, path.Base(r.Source.Path), r.Duration.Round(time.Millisecond))
-			}
-			if err != nil {
-				return err
-			}
-			return printStatus(cmd, s, db)
+			})
 		},
 	}
 	downTo.Flags().StringVar(&component, "component", "", "the component to roll back: "+setNames())

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,10 +19,7 @@ import (
 var migrationFiles embed.FS
 
 // Migrations create the console's tables (tickets and sessions).
-var Migrations = func() migrate.Set {
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	return migrate.Set{Component: "console", FS: sub}
-}()
+var Migrations = migrate.Embedded("console", migrationFiles, "migrations")
 
 // Why a ticket or a session is refused. Callers learn no more than that:
 // malformed, unknown, used and expired look the same.
