@@ -82,6 +82,9 @@ func newOwnership(store *ledger.Store, eng *engine.Engine, owner string, cfg Own
 	if err != nil {
 		return nil, err
 	}
+	// Exported at 0 from the start: a counter that first appears at 1 is
+	// invisible to increase(), and the lost-ownership alert would miss it.
+	fenced.Add(context.Background(), 0)
 	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, reclaims: reclaims,
 		jobs: map[string]int64{}}, nil
 }
