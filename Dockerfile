@@ -38,7 +38,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 COPY . .
 # Static binaries (no cgo: distroless/static has no C library).
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    set -eu; mkdir -p /out /workspace; \
+    set -eu; mkdir -p /out /workspace /var/lib/lucius; \
     for s in gateway orchestrator reconciler scheduler; do \
         go build -ldflags "-s -w" -o /out/$s ./services/$s/cmd/$s; \
     done; \
@@ -61,7 +61,8 @@ LABEL org.opencontainers.image.title="lucius" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}"
 COPY --from=build /out/ /usr/local/bin/
-# The file:// workspace docker-compose.yml mounts a volume on; a new volume
-# takes this folder's owner.
+# The file:// workspace and the trust folder (`lucius trust`) docker-compose.yml
+# mounts volumes on; a new volume takes its folder's owner.
 COPY --from=build --chown=65532:65532 /workspace /workspace
+COPY --from=build --chown=65532:65532 /var/lib/lucius /var/lib/lucius
 USER 65532:65532

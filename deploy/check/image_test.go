@@ -154,7 +154,10 @@ type composeFile struct {
 }
 
 // docker-compose.yml runs the image's binaries with a healthcheck each (the
-// binary's own healthcheck command) and the worker pools `make up` runs.
+// binary's own healthcheck command) and the worker pools `make up` runs,
+// with the trust make up gives them: the trust service's issuer for every
+// process, its callback keys for the orchestrators and the reconciler, and
+// a token it mints for each worker pool.
 func TestComposeRunsTheImagesBinariesAndMakeUpsWorkers(t *testing.T) {
 	t.Parallel()
 	var c composeFile
@@ -174,10 +177,36 @@ func TestComposeRunsTheImagesBinariesAndMakeUpsWorkers(t *testing.T) {
 		if len(s.Command) == 1 && !slices.Equal(s.Healthcheck.Test, []string{"CMD", s.Command[0], "healthcheck"}) {
 			t.Errorf("compose service %s: healthcheck %v, want [CMD %s healthcheck]", name, s.Healthcheck.Test, s.Command[0])
 		}
-		if s.Command[0] == "worker" {
-			pools = append(pools, s.Environment["LUCIUS_WORKER_SERVICE"])
+		if len(s.Command) > 1 {
+			continue // the trust service, checked below
+		}
+		if s.Environment["LUCIUS_AUTH_JWKS_FILE"] != "/var/lib/lucius/issuer/jwks.json" {
+			t.Errorf("compose service %s does not trust the trust service's issuer", name)
+		}
+		switch s.Command[0] {
+		case "orchestrator", "reconciler":
+			if s.Environment["LUCIUS_CALLBACK_KEYS_FILE"] != "/var/lib/lucius/secrets/callback-keys" {
+				t.Errorf("compose service %s has no callback keys", name)
+			}
+		case "worker":
+			pool := s.Environment["LUCIUS_WORKER_SERVICE"]
+			pools = append(pools, pool)
+			if want := "/var/lib/lucius/tokens/" + strings.ReplaceAll(pool, ",", "-") + ".jwt"; s.Environment["LUCIUS_AUTH_TOKEN_FILE"] != want {
+				t.Errorf("compose service %s: token file %q, want %q", name, s.Environment["LUCIUS_AUTH_TOKEN_FILE"], want)
+			}
 		}
 	}
+	trust := c.Services["trust"].Command
+	var minted []string
+	for i, arg := range trust {
+		if arg == "--worker" && i+1 < len(trust) {
+			minted = append(minted, trust[i+1])
+		}
+	}
+	if len(trust) < 3 || !slices.Equal(trust[:3], []string{"lucius", "trust", "/var/lib/lucius"}) {
+		t.Errorf("the trust service runs %v", trust)
+	}
+	slices.Sort(minted)
 	m := stackWorkers.FindStringSubmatch(read(t, "tools/stack/stack.go"))
 	if m == nil {
 		t.Fatal("tools/stack: no default workers")
@@ -187,6 +216,9 @@ func TestComposeRunsTheImagesBinariesAndMakeUpsWorkers(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(pools, want) {
 		t.Errorf("compose runs worker pools %q, make up runs %q", pools, want)
+	}
+	if !slices.Equal(minted, pools) {
+		t.Errorf("the trust service mints tokens for %q, compose runs pools %q", minted, pools)
 	}
 }
 
