@@ -19,6 +19,12 @@ GRPCURL_VERSION            := v1.9.4
 TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)
 
 MODULES  := contract base bus core sdk/worker services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
+# deploy/check (the chart's and dashboards' checks, on the Kubernetes, KEDA,
+# Prometheus Operator and Prometheus modules) is its own module outside
+# go.work: in the workspace its requirements would raise versions the
+# services build with (prometheus/client_golang, klauspost/compress, …).
+# It runs with GOWORK=off.
+CHECK_MODULE := deploy/check
 PACKAGES := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 SERVICES := gateway orchestrator reconciler scheduler
 TEST_TIMEOUT ?= 30m
@@ -100,8 +106,43 @@ breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ (
 .PHONY: lint
 lint: tools protodeps ## buf lint, gofmt and go vet
 	buf lint
-	@unformatted=$$(gofmt -l $(MODULES)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@unformatted=$$(gofmt -l $(MODULES) $(CHECK_MODULE)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PACKAGES)
+	cd $(CHECK_MODULE) && GOWORK=off $(GO) vet ./...
+
+# The deployment's checks: helm and promtool pinned (go install, like the
+# protoc plugins), the chart linted and rendered for the default and the
+# production values, the rules checked, then deploy/check's Go tests: every
+# rendered manifest decoded strictly against the Kubernetes, KEDA and
+# Prometheus Operator API types with the chart's promises asserted, the
+# dashboards' and rules' metric list current (tools/e2e scrapes a real
+# suite for each), the Dockerfile and docker-compose.yml against the
+# Makefile. helm built by go install assumes Kubernetes 1.20: render for
+# KUBE_VERSION.
+HELM_VERSION     := v3.22.0
+PROMTOOL_VERSION := v0.316.0
+KUBE_VERSION     := 1.31.0
+CHART            := deploy/helm/lucius
+DEPLOY_TOOLS_STAMP := $(BIN)/.deploy-tools-$(HELM_VERSION)-$(PROMTOOL_VERSION)
+
+.PHONY: deploy-tools
+deploy-tools: $(DEPLOY_TOOLS_STAMP) ## install pinned helm and promtool into .build/bin
+
+$(DEPLOY_TOOLS_STAMP):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	@rm -f $(BIN)/.deploy-tools-* && touch $@
+
+.PHONY: deploy-check
+deploy-check: deploy-tools ## lint and render the Helm chart, check the alert rules, decode and check every manifest, the dashboards' metrics and the image
+	@mkdir -p .build/deploy
+	helm lint --strict $(CHART) --kube-version $(KUBE_VERSION)
+	helm lint --strict $(CHART) -f $(CHART)/values-production.yaml --kube-version $(KUBE_VERSION)
+	helm template lucius $(CHART) --namespace lucius --kube-version $(KUBE_VERSION) > .build/deploy/default.yaml
+	helm template lucius $(CHART) --namespace lucius --kube-version $(KUBE_VERSION) -f $(CHART)/values-production.yaml > .build/deploy/production.yaml
+	promtool check rules deploy/observability/prometheus/*.yaml
+	cd $(CHECK_MODULE) && GOWORK=off HELM=$(BIN)/helm $(GO) test -count=1 ./...
 
 .PHONY: build
 build: ## build the service binaries and dev tools into .build/bin
@@ -131,7 +172,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated breaking lint build sbbroker azurite chromium ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated breaking lint build sbbroker azurite chromium deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

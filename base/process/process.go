@@ -6,7 +6,7 @@
 //	LUCIUS_INSTANCE              instance name (default: the service name)
 //	LUCIUS_LOG_LEVEL             debug | info (default) | warn | error
 //	LUCIUS_LOG_FORMAT            json (default) | text
-//	OTEL_EXPORTER_OTLP_ENDPOINT  host:port receiving spans over OTLP/gRPC
+//	OTEL_*                       the standard OpenTelemetry variables (telemetry.Setup)
 //	LUCIUS_PPROF                 true serves /debug/pprof/
 package process
 
@@ -24,11 +24,39 @@ import (
 
 // Main reads the service's settings with configure, sets up telemetry and runs
 // start until a signal arrives. It exits the process with status 1 on error.
+// Started with the one argument "healthcheck", it runs that command instead
+// (see CommandHealthcheck).
 func Main[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error) {
-	if err := run(service, configure, start); err != nil {
+	MainWithMigrations(service, configure, start, nil)
+}
+
+// MainWithMigrations is Main for a binary that also has the "migrate"
+// command: migrations names the sets it applies (see CommandMigrate).
+func MainWithMigrations[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error, migrations MigrationsFunc) {
+	var err error
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == CommandHealthcheck:
+		err = healthcheck(context.Background(), env.New(), configure)
+	case len(os.Args) == 2 && os.Args[1] == CommandMigrate && migrations != nil:
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = runMigrate(ctx, service, env.New(), migrations)
+		stop()
+	case len(os.Args) > 1:
+		err = fmt.Errorf("unknown command %q (commands: %s)", os.Args[1:], commands(migrations))
+	default:
+		err = run(service, configure, start)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", service, err)
 		os.Exit(1)
 	}
+}
+
+func commands(migrations MigrationsFunc) string {
+	if migrations != nil {
+		return CommandHealthcheck + ", " + CommandMigrate
+	}
+	return CommandHealthcheck
 }
 
 func run[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error) error {

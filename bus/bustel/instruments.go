@@ -200,6 +200,15 @@ func (in *Instruments) Settled(ctx context.Context, entity string, outcome Op) {
 	in.settled.Add(ctx, 1, metric.WithAttributes(attribute.String("entity", entity), attribute.String("outcome", string(outcome))))
 }
 
+// Receiving starts entity's lost-lock counts at 0, one per operation, when a
+// receiver opens: a counter that appears at 1 is invisible to increase() and
+// rate(), so the first lost lock would raise no alert.
+func (in *Instruments) Receiving(ctx context.Context, entity string) {
+	for _, op := range []Op{Complete, Abandon, DeadLetter, Renew} {
+		in.locksLost.Add(ctx, 0, metric.WithAttributes(attribute.String("entity", entity), attribute.String("operation", string(op))))
+	}
+}
+
 // Renewed counts a lock renewal that succeeded.
 func (in *Instruments) Renewed(ctx context.Context, entity string) {
 	in.renewals.Add(ctx, 1, entityAttr(entity))

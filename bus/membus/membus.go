@@ -328,7 +328,7 @@ func (b *Bus) send(name string, msgs []bus.Message) error {
 
 // NewReceiver returns a receiver of src, whose queue or subscription must
 // exist.
-func (b *Bus) NewReceiver(_ context.Context, src bus.Source) (bus.Receiver, error) {
+func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, error) {
 	path := src.Path()
 	if (src.Queue == "") == (src.Topic == "") || (src.Topic != "") != (src.Subscription != "") {
 		return nil, fmt.Errorf("membus: new receiver %q: name either a queue or a topic and subscription", path)
@@ -347,5 +347,6 @@ func (b *Bus) NewReceiver(_ context.Context, src bus.Source) (bus.Receiver, erro
 	if e == nil {
 		return nil, fmt.Errorf("membus: new receiver %s: %w", path, bus.ErrNotFound)
 	}
+	b.tel.Receiving(ctx, path)
 	return &receiver{b: b, e: e, path: path, dlq: src.DeadLetter, done: make(chan struct{})}, nil
 }

@@ -377,6 +377,7 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 	if err != nil {
 		return nil, fmt.Errorf("new receiver %s: %w", path, err)
 	}
+	b.tel.Receiving(ctx, path)
 	return &receiver{
 		b:         b,
 		path:      path,

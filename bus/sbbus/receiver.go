@@ -41,6 +41,7 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 	}
 	b.receivers[out] = struct{}{}
 	b.tracked(src, nil)
+	b.tel.Receiving(ctx, out.path)
 	return out, nil
 }
 

@@ -611,12 +611,29 @@ func TestOrphanReclaimIncrementsEpoch(t *testing.T) {
 	f := setup(t)
 	q := f.accept("OCR")
 	f.create(q)
+	orphans := func(threshold time.Duration) int64 {
+		t.Helper()
+		n, err := f.store.CountOrphans(f.ctx, threshold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := orphans(2 * time.Minute); n != 0 {
+		t.Fatalf("%d orphans while the owner heartbeats", n)
+	}
 	if _, err := f.store.Pool().Exec(f.ctx, `UPDATE jobs SET owner_heartbeat_at = now() - interval '10 minutes'`); err != nil {
 		t.Fatal(err)
+	}
+	if n, longer := orphans(2*time.Minute), orphans(20*time.Minute); n != 1 || longer != 0 {
+		t.Fatalf("orphans past 2m: %d, past 20m: %d; want 1 and 0", n, longer)
 	}
 	got, err := f.store.ReclaimOrphans(f.ctx, "orch-b", 2*time.Minute, 10)
 	if err != nil || len(got) != 1 || got[0].PreviousOwner != "orch-a" || got[0].Epoch != 2 {
 		t.Fatalf("reclaim: %v %+v", err, got)
+	}
+	if n := orphans(2 * time.Minute); n != 0 {
+		t.Fatalf("%d orphans after the reclaim", n)
 	}
 	kept, fenced, err := f.store.HeartbeatOwned(f.ctx, "orch-a", []ledger.OwnedJob{{JobID: q.JobId, Epoch: 1}})
 	if err != nil || len(kept) != 0 || len(fenced) != 1 || fenced[0].Owner != "orch-b" || fenced[0].CurrentEpoch != 2 {

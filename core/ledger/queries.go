@@ -177,6 +177,11 @@ const (
 	FROM c WHERE j.job_id = c.job_id
 	RETURNING j.job_id, c.previous_owner, j.owner_epoch`
 
+	// sqlCountOrphans counts what sqlReclaim would take: live jobs whose
+	// owner has not heartbeated for $1 seconds (jobs_heartbeat_live).
+	sqlCountOrphans = `SELECT count(*) FROM jobs
+		WHERE completed_at IS NULL AND owner_heartbeat_at < now() - make_interval(secs => $1)`
+
 	// sqlClaimOutbox leases the rows: for $4 seconds other claimers skip them.
 	sqlClaimOutbox = outboxClaimed + `
 	UPDATE outbox o SET available_at = now() + make_interval(secs => $4), attempts = o.attempts + 1

@@ -259,6 +259,16 @@ func (s *Store) ReclaimOrphans(ctx context.Context, owner string, threshold time
 	return out, err
 }
 
+// CountOrphans counts the live jobs whose owner has been silent longer than
+// threshold: those ReclaimOrphans would take now.
+func (s *Store) CountOrphans(ctx context.Context, threshold time.Duration) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, sqlCountOrphans, threshold.Seconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count orphans: %w", err)
+	}
+	return n, nil
+}
+
 // EventsAfter reads, for each job of after, its events after the event id
 // given, oldest first, up to limit in all: one query for many watchers.
 func (s *Store) EventsAfter(ctx context.Context, after map[string]int64, limit int) ([]Event, error) {

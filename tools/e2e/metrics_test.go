@@ -134,6 +134,7 @@ var seedFamilies = map[string]struct {
 	"lucius_callbacks_total":             {"counter", []string{"kind", "outcome"}},
 	"lucius_outbox_dispatch_lag_seconds": {"histogram", []string{"kind"}},
 	"lucius_outbox_backlog":              {"gauge", nil},
+	"lucius_outbox_oldest_age_seconds":   {"gauge", nil},
 	"lucius_sweeper_actions_total":       {"counter", []string{"outcome", "sweeper"}},
 	"lucius_circuit_breaker_state":       {"gauge", []string{"service"}},
 }
@@ -210,6 +211,9 @@ func checkSeedMetrics(m scraped) []string {
 	atLeast("lucius_outbox_dispatch_lag_seconds_count", 10) // three job requests, seven directives
 	if m.count("lucius_outbox_backlog") == 0 {
 		fail("no lucius_outbox_backlog")
+	}
+	if m.count("lucius_outbox_oldest_age_seconds") == 0 {
+		fail("no lucius_outbox_oldest_age_seconds")
 	}
 	atLeast("lucius_sweeper_actions_total", 2, "sweeper", "ack_timeout")
 	atLeast("lucius_sweeper_actions_total", 1, "sweeper", "dead_letters", "outcome", "COLLECTED")

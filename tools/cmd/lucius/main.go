@@ -107,8 +107,9 @@ LUCIUS_ADDR and LUCIUS_TOKEN override the context's address and token.`,
 	root.PersistentFlags().DurationVar(&s.timeout, "timeout", 30*time.Second, "time limit of each call (with --wait: of the whole wait too)")
 	root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp)) //nolint:errcheck
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &codedError{code: exitUsage, err: err} })
-	root.AddCommand(tokenCommand(), submitCommand(s), jobCommand(s), dlqCommand(s), workflowCommand(s),
-		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s), uiCommand(s), migrateCommand(s))
+	root.AddCommand(tokenCommand(), trustCommand(), submitCommand(s), jobCommand(s), dlqCommand(s), workflowCommand(s),
+		breakerCommand(s), workerCommand(s), runbookCommand(s), batchCommand(s), configCommand(s), membersCommand(s), uiCommand(s),
+		migrateCommand(s))
 	root.AddCommand(pauseCommands(s)...)
 	return root
 }

@@ -1,6 +1,11 @@
 // Command orchestrator runs one Lucius orchestrator instance. Run as many as
 // you like: they compete for jobs and share the callback load. Configuration
 // comes from the environment; see README.md.
+//
+//	orchestrator              run an instance
+//	orchestrator migrate      bring DATABASE_URL's schema up to date (every
+//	                          service's sets) and exit
+//	orchestrator healthcheck  exit 0 when the local instance's /healthz answers
 package main
 
 import (
@@ -10,6 +15,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/env"
+	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus/busconfig"
@@ -20,10 +26,20 @@ import (
 )
 
 func main() {
-	process.Main("orchestrator", configure, func(ctx context.Context, cfg orchestrator.Config, tel *telemetry.Telemetry) error {
+	process.MainWithMigrations("orchestrator", configure, func(ctx context.Context, cfg orchestrator.Config, tel *telemetry.Telemetry) error {
 		cfg.Logger, cfg.Ops = tel.Logger, tel.Ops
 		return orchestrator.Run(ctx, cfg)
-	})
+	}, migrations)
+}
+
+// migrations are what `orchestrator migrate` applies: every schema the
+// services use (deploy/helm/lucius runs it as a Job once per release).
+func migrations(e *env.Reader) ([]migrate.Set, error) {
+	b, err := busconfig.ConfigFromEnv(e)
+	if err != nil {
+		return nil, err
+	}
+	return orchestrator.Migrations(b), nil
 }
 
 func configure(e *env.Reader) (orchestrator.Config, error) {

@@ -82,6 +82,22 @@ func newOwnership(store *ledger.Store, eng *engine.Engine, owner string, cfg Own
 	if err != nil {
 		return nil, err
 	}
+	// Jobs no orchestrator reclaimed although their owner is silent past the
+	// threshold: 0 unless reclaiming stalls (every instance reports it; take max).
+	if _, err := meter.Int64ObservableGauge("lucius_orchestrator_orphaned_jobs",
+		metric.WithDescription("Live jobs whose owner has been silent past the orphan threshold, not yet reclaimed."),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			n, err := store.CountOrphans(ctx, cfg.OrphanThreshold)
+			if err == nil {
+				o.Observe(n)
+			}
+			return err
+		})); err != nil {
+		return nil, err
+	}
+	// Exported at 0 from the start: a counter that first appears at 1 is
+	// invisible to increase(), and the lost-ownership alert would miss it.
+	fenced.Add(context.Background(), 0)
 	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, reclaims: reclaims,
 		jobs: map[string]int64{}}, nil
 }

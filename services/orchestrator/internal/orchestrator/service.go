@@ -90,6 +90,14 @@ func (c *Config) defaults() {
 	c.Ownership.defaults()
 }
 
+// Migrations are the schemas an orchestrator applies at start: the ledger,
+// the live configuration, runbooks, and the PostgreSQL bus's tables when that
+// is the transport. They include every set the gateway, the reconciler and
+// the scheduler apply, so `orchestrator migrate` migrates for all of them.
+func Migrations(b busconfig.Config) []migrate.Set {
+	return append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, b.Migrations()...)
+}
+
 // Run serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
@@ -97,8 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, cfg.Bus.Migrations()...)...)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, Migrations(cfg.Bus)...)
 	if err != nil {
 		return err
 	}

@@ -103,14 +103,25 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 	if tp := b.TxPublisher(); tp != nil && tp.InDatabase(pool) {
 		d.inTx = tp
 	}
-	_, err = meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."),
-		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
-			n, _, err := store.OutboxBacklog(ctx)
-			if err == nil {
-				o.Observe(n)
-			}
+	backlog, err := meter.Int64ObservableGauge("lucius_outbox_backlog", metric.WithDescription("Unsent outbox messages."))
+	if err != nil {
+		return nil, err
+	}
+	oldest, err := meter.Float64ObservableGauge("lucius_outbox_oldest_age_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unsent outbox message (0: none)."))
+	if err != nil {
+		return nil, err
+	}
+	// One query per scrape answers both: how many wait, and for how long.
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		n, age, err := store.OutboxBacklog(ctx)
+		if err != nil {
 			return err
-		}))
+		}
+		o.ObserveInt64(backlog, n)
+		o.ObserveFloat64(oldest, age.Seconds())
+		return nil
+	}, backlog, oldest)
 	return d, err
 }
 
