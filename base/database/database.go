@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
@@ -72,20 +73,12 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 var StartupWait = time.Minute
 
 func waitReachable(ctx context.Context, pool *pgxpool.Pool, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	backoff := 100 * time.Millisecond
-	for {
-		err := pool.Ping(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("database not reachable after %s: %w", wait, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 2*time.Second
+	_, err := backoff.Retry(ctx, func() (struct{}, error) { return struct{}{}, pool.Ping(ctx) },
+		backoff.WithBackOff(b), backoff.WithMaxElapsedTime(wait))
+	if err != nil {
+		return fmt.Errorf("database not reachable after %s: %w", wait, err)
 	}
+	return nil
 }

@@ -43,6 +43,7 @@ type Service struct {
 // DATABASE_URL, LUCIUS_<NAME>_GRPC_ADDR, LUCIUS_<NAME>_HTTP_ADDR,
 // LUCIUS_DB_MAX_CONNS, the trust settings (auth.ReadConfig),
 // LUCIUS_TLS_CERT_FILE, LUCIUS_TLS_KEY_FILE and LUCIUS_TLS_CLIENT_CA_FILE,
+// LUCIUS_SHUTDOWN_GRACE (how long a stop waits for in-flight calls, 10s),
 // with the given defaults, and the request limits (ReadLimits).
 func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) Service {
 	prefix := "LUCIUS_" + strings.ToUpper(name) + "_"
@@ -56,7 +57,8 @@ func ReadService(e *env.Reader, name, grpcAddr, httpAddr string, maxConns int) S
 		Auth:        authCfg,
 		TLS: server.TLSFiles{CertFile: e.String("LUCIUS_TLS_CERT_FILE", ""), KeyFile: e.String("LUCIUS_TLS_KEY_FILE", ""),
 			ClientCAFile: e.String("LUCIUS_TLS_CLIENT_CA_FILE", "")},
-		Limits: ReadLimits(e),
+		Limits:        ReadLimits(e),
+		ShutdownGrace: e.Duration("LUCIUS_SHUTDOWN_GRACE", 10*time.Second),
 	}
 }
 
