@@ -309,8 +309,8 @@ func TestMigrateAndHealthcheckCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		var n, top int
-		if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(max(version), 0) FROM schema_migrations WHERE component = $1`,
-			set.Component).Scan(&n, &top); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(max(version_id), 0) FROM `+pgx.Identifier{set.Table()}.Sanitize()+
+			` WHERE is_applied AND version_id > 0`).Scan(&n, &top); err != nil {
 			t.Fatal(err)
 		}
 		if n != len(files) || top != len(files) {
