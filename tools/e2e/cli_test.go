@@ -66,9 +66,10 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 		return stdout
 	}
 
-	// submit --wait follows the job and exits 0 when it SUCCEEDED.
-	waited := check(run{"submit --wait", op, []string{"submit", "--tenant", "acme", "--type", "OCR_EMBEDDING_SIS", "--input-ref", input,
-		"--output-ref", out, "--payload", `{"prompt_set":["when are invoices due?"]}`, "--priority", "3", "--wait"}, 0,
+	// submit --wait follows the job and exits 0 when it SUCCEEDED; --input
+	// and --output are the refs (issue 20's command, word for word).
+	waited := check(run{"submit --wait", op, []string{"submit", "--tenant", "acme", "--type", "OCR_EMBEDDING_SIS", "--input", input,
+		"--output", out, "--payload", `{"prompt_set":["when are invoices due?"]}`, "--priority", "3", "--wait"}, 0,
 		[]string{"ocr", "embedding", "sis", "SUCCEEDED"}})
 	var jobID string
 	for _, line := range strings.Split(waited, "\n") {
@@ -88,6 +89,27 @@ func TestCLICommandsAndExitCodes(t *testing.T) {
 		t.Fatalf("job get -o json: %v", got)
 	}
 	check(run{"job steps", op, []string{"job", "steps", jobID}, 0, []string{"STEP", "ocr", "SUCCEEDED", "1/3"}})
+	var steps struct {
+		Steps []struct {
+			StepID string `json:"step_id"`
+			Status string `json:"status"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(check(run{"job steps -o json", op, []string{"job", "steps", jobID, "-o", "json"}, 0, nil})), &steps); err != nil {
+		t.Fatal(err)
+	}
+	if len(steps.Steps) != 3 {
+		t.Fatalf("job steps -o json lists %d steps, want the 3 that run work: %+v", len(steps.Steps), steps.Steps)
+	}
+	for _, st := range steps.Steps {
+		if st.Status != "STEP_STATUS_SUCCEEDED" {
+			t.Fatalf("step %s is %s", st.StepID, st.Status)
+		}
+	}
+	check(run{"job steps --all", op, []string{"job", "steps", jobID, "--all"}, 0, []string{"START", "END", "ocr"}})
+	// -o keeps naming the output format on submit.
+	check(run{"submit -o json", op, []string{"submit", "--tenant", "acme", "--type", "OCR_EMBEDDING_SIS", "--input", input,
+		"--output", out + ".json", "--payload", `{"prompt_set":["x"]}`, "-o", "json"}, 0, []string{`"job_id"`, `"status": "JOB_STATUS_RECEIVED"`}})
 	check(run{"job events -o yaml", op, []string{"job", "events", jobID, "-o", "yaml"}, 0, []string{"type: JOB_ACCEPTED", "to_status: SUCCEEDED"}})
 	check(run{"job list", op, []string{"job", "list", "--tenant", "acme", "--status", "succeeded"}, 0, []string{jobID, "OCR_EMBEDDING_SIS@1"}})
 	check(run{"job watch of an ended job", op, []string{"job", "watch", jobID}, 0, []string{"SUCCEEDED"}})

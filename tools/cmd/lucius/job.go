@@ -84,12 +84,18 @@ func jobCommand(s *session) *cobra.Command {
 			})
 		},
 	}
+	var allNodes bool
 	steps := &cobra.Command{
-		Use: "steps JOB_ID", Short: "List a job's steps with their attempts", Args: usageArgs(cobra.ExactArgs(1)),
+		Use: "steps JOB_ID", Short: "List a job's steps that run work (tasks, fan-out children) with their attempts; --all adds every workflow node",
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			view := luciusv1.StepView_STEP_VIEW_UNSPECIFIED
+			if allNodes {
+				view = luciusv1.StepView_STEP_VIEW_FULL
+			}
 			return s.call(cmd, func(ctx context.Context, conn *grpc.ClientConn) error {
 				resp, err := luciusv1.NewJobServiceClient(conn).ListJobSteps(ctx, &luciusv1.ListJobStepsRequest{JobId: args[0],
-					View: luciusv1.StepView_STEP_VIEW_FULL, PageSize: 500})
+					View: view, PageSize: 500})
 				if err != nil {
 					return err
 				}
@@ -103,6 +109,7 @@ func jobCommand(s *session) *cobra.Command {
 			})
 		},
 	}
+	steps.Flags().BoolVar(&allNodes, "all", false, "every workflow node too: start, end, conditionals (with the branch taken), fan_out, fan_in")
 	events := &cobra.Command{
 		Use: "events JOB_ID", Short: "List a job's audit trail, oldest first", Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

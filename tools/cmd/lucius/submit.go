@@ -22,17 +22,23 @@ func submitCommand(s *session) *cobra.Command {
 		file, payload, mode string
 		wait                bool
 		c                   luciusv1.Command
+		out                 = &formatOrRef{format: &s.format}
 	)
 	cmd := &cobra.Command{
-		Use:   "submit [--file command.yaml] [--type T --tenant T --input-ref REF --output-ref REF --payload JSON] [--wait]",
+		Use:   "submit [--file command.yaml] [--type T --tenant T --input REF --output REF --payload JSON] [--wait]",
 		Short: "Submit a command; with --wait, follow the job and exit with its outcome",
 		Long: `Submit a command envelope (see README's "The command envelope"). The
 command comes from --file (JSON or YAML, field names as in the API) and/or
 the flags, which override the file's fields. schema_version defaults to 1.
 With --wait the job is followed step by step until it ends, and the exit code
-says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
-		Example: `  lucius submit --tenant acme --type OCR_EMBEDDING_SIS --input-ref file:///data/in.pdf \
-    --output-ref file:///data/out.json --payload '{"prompt_set":["summarize"]}' --wait
+says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.
+
+--input and --output name the input_ref and output_ref (--input-ref and
+--output-ref are the same). Here --output (-o) also keeps its meaning for
+every command: table, json or yaml is the output format; anything else is
+the output_ref.`,
+		Example: `  lucius submit --tenant acme --type OCR_EMBEDDING_SIS --input file:///data/in.pdf \
+    --output file:///data/out.json --payload '{"prompt_set":["summarize"]}' --wait
   lucius submit -f command.yaml -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,7 +57,11 @@ says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
 			set("tenant", &command.TenantId, c.TenantId)
 			set("type", &command.RequestType, c.RequestType)
 			set("input-ref", &command.InputRef, c.InputRef)
+			set("input", &command.InputRef, c.InputRef)
 			set("output-ref", &command.OutputRef, c.OutputRef)
+			if out.ref != "" {
+				command.OutputRef = out.ref
+			}
 			set("idempotency-key", &command.IdempotencyKey, c.IdempotencyKey)
 			set("correlation-id", &command.CorrelationId, c.CorrelationId)
 			set("doc-id", &command.DocId, c.DocId)
@@ -110,7 +120,11 @@ says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
 	f.StringVar(&c.TenantId, "tenant", "", "tenant_id")
 	f.StringVar(&c.RequestType, "type", "", "request_type: the workflow to run")
 	f.StringVar(&c.InputRef, "input-ref", "", "input_ref")
+	f.StringVar(&c.InputRef, "input", "", "input_ref (the same as --input-ref)")
 	f.StringVar(&c.OutputRef, "output-ref", "", "output_ref")
+	// --output shadows the root's persistent flag on this command: a format
+	// name sets the output format, anything else the output_ref.
+	f.VarP(out, "output", "o", "output format (table, json or yaml) or output_ref (a URL)")
 	f.StringVar(&payload, "payload", "", "payload, a JSON object")
 	f.StringVar(&c.IdempotencyKey, "idempotency-key", "", "idempotency_key")
 	f.StringVar(&c.CorrelationId, "correlation-id", "", "correlation_id")
@@ -121,6 +135,35 @@ says how: 0 SUCCEEDED, 4 FAILED_FINAL, 5 CANCELLED.`,
 	f.BoolVar(&wait, "wait", false, "follow the job until it ends; exit with its outcome")
 	return cmd
 }
+
+// formatOrRef is submit's --output: the output format when the value names
+// one, else the command's output_ref (refs are URLs, never a bare format name).
+type formatOrRef struct {
+	format *string
+	ref    string
+}
+
+func (f *formatOrRef) Set(v string) error {
+	switch v {
+	case formatTable, formatJSON, formatYAML:
+		*f.format = v
+	default:
+		f.ref = v
+	}
+	return nil
+}
+
+func (f *formatOrRef) String() string {
+	if f.ref != "" {
+		return f.ref
+	}
+	if f.format == nil {
+		return ""
+	}
+	return *f.format
+}
+
+func (f *formatOrRef) Type() string { return "string" }
 
 // readMessage reads a message from a JSON or YAML file, field names as in the API.
 func readMessage(path string, into proto.Message) error {
