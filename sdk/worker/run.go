@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/migrate"
+	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus"
@@ -132,7 +131,7 @@ func Run(ctx context.Context, opts ...Option) error {
 	}
 	e := env.New()
 	if len(os.Args) == 2 && os.Args[1] == "healthcheck" {
-		return healthcheck(ctx, e.String("LUCIUS_WORKER_HTTP_ADDR", defaultHTTPAddr))
+		return process.Healthcheck(ctx, e.String("LUCIUS_WORKER_HTTP_ADDR", defaultHTTPAddr))
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -323,33 +322,6 @@ func announceAll(ctx context.Context, s settings, instance string, log *slog.Log
 		}
 		go Announce(ctx, client, Announcement{Service: svc.Name, InstanceID: instance, Version: s.version,
 			Handlers: handlers}, log)
-	}
-	return nil
-}
-
-// healthcheck asks the worker at addr (host:port; an unspecified host means
-// this machine) whether it is alive.
-func healthcheck(ctx context.Context, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("LUCIUS_WORKER_HTTP_ADDR %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: /healthz answered %s", resp.Status)
 	}
 	return nil
 }
