@@ -95,7 +95,9 @@ func (s Set) Provider(ctx context.Context, db *sql.DB) (*goose.Provider, error) 
 	if err := adoptHistory(ctx, db, store, s.Table(), s.Component); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", s.Component, err)
 	}
-	locker, err := lock.NewPostgresSessionLocker()
+	// Retry the lock every second (goose's default is five): processes that
+	// start together wait for the one migrating, not five seconds more.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +118,9 @@ func Apply(ctx context.Context, db *sql.DB, sets ...Set) error {
 		}
 		if current > known {
 			return fmt.Errorf("migrate %s: database is at version %d but this binary knows only %d: %w", s.Component, current, known, ErrTooNew)
+		}
+		if current == known {
+			continue // up to date: no need to take the migration lock
 		}
 		if _, err := p.Up(ctx); err != nil {
 			return fmt.Errorf("migrate %s: %w", s.Component, err)
