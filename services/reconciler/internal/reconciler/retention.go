@@ -4,9 +4,6 @@ import (
 	"context"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/core/config"
@@ -50,7 +47,7 @@ func retentionRound(ctx context.Context, store *ledger.Store, snap *config.Snaps
 			return store.PurgeFinished(ctx, tenant, cutoff, limit)
 		})
 		if n > 0 {
-			m.actions.Add(ctx, n, metric.WithAttributes(attribute.String("sweeper", "retention"), attribute.String("outcome", "PURGED")))
+			m.actionN(ctx, "retention", "PURGED", n)
 			m.log.InfoContext(ctx, "sweeper retention: finished jobs deleted", telemetry.TenantID(tenant), "jobs", n,
 				"retention_days", days, "ended_before", cutoff.UTC())
 		}

@@ -119,7 +119,12 @@ func newSweepMetrics(log *slog.Logger) (*sweepMetrics, error) {
 }
 
 func (m *sweepMetrics) action(ctx context.Context, sweeper, outcome string) {
-	m.actions.Add(ctx, 1, metric.WithAttributes(attribute.String("sweeper", sweeper), attribute.String("outcome", outcome)))
+	m.actionN(ctx, sweeper, outcome, 1)
+}
+
+// actionN counts n repairs of one kind at once (a batch).
+func (m *sweepMetrics) actionN(ctx context.Context, sweeper, outcome string, n int64) {
+	m.actions.Add(ctx, n, metric.WithAttributes(attribute.String("sweeper", sweeper), attribute.String("outcome", outcome)))
 }
 
 func (m *sweepMetrics) failed(ctx context.Context, sweeper string, err error, attrs ...any) {
