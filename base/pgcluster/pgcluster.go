@@ -125,6 +125,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // Port is the TCP port the cluster listens on.
 func (c *Cluster) Port() int { return c.port }
 
+// BinDir holds the cluster's PostgreSQL programs (pg_waldump, …).
+func (c *Cluster) BinDir() string { return c.bin }
+
+// DataDir is the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.data }
+
 // AdminURL connects to the "postgres" maintenance database.
 func (c *Cluster) AdminURL() string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", superuser, c.port)

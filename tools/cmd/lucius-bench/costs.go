@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lucius-platform/lucius/base/pgcluster"
 	"github.com/lucius-platform/lucius/tools/stack"
 )
 
@@ -36,11 +37,18 @@ type costs struct {
 	calls map[int64]statementCall
 	// tables is each table's row writes at the start (pg_stat_user_tables).
 	tables map[string]tableWrites
+	// cluster and startLSN, with walBreakdown, break the run's WAL down
+	// by relation (wal.go).
+	cluster  *pgcluster.Cluster
+	startLSN string
 }
+
+// walBreakdown (-wal) adds the run's WAL per job by relation to the report.
+var walBreakdown bool
 
 // pgCounters are the database's cumulative counters at one moment.
 type pgCounters struct {
-	commits, statements, walBytes int64
+	commits, statements, walBytes, walFPIs int64
 }
 
 // ownQueries counts the bench client's own statements (each one an
@@ -59,7 +67,7 @@ func (o *ownQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 var pgSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all"}
 
 func startCosts(ctx context.Context, db *pgxpool.Pool, own *ownQueries, s *stack.Stack) *costs {
-	c := &costs{db: db, own: own, cpu: newCPUMeter(db)}
+	c := &costs{db: db, own: own, cpu: newCPUMeter(db), cluster: s.Cluster()}
 	c.cpu.names = map[int]string{os.Getpid(): "bench client"}
 	for _, name := range s.Names() {
 		if pid := s.Process(name).Pid(); pid > 0 {
@@ -69,6 +77,7 @@ func startCosts(ctx context.Context, db *pgxpool.Pool, own *ownQueries, s *stack
 	_, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	c.statementsOK = err == nil
 	c.before = c.counters(ctx)
+	db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&c.startLSN) //nolint:errcheck // no breakdown when unreadable
 	c.calls = c.statements(ctx)
 	c.tables = c.tableWrites(ctx)
 	c.ownBefore = own.n.Load()
@@ -183,8 +192,8 @@ func (c *costs) topTables(ctx context.Context, jobs int) {
 
 func (c *costs) counters(ctx context.Context) pgCounters {
 	var p pgCounters
-	c.db.QueryRow(ctx, `SELECT sum(xact_commit)::bigint FROM pg_stat_database`).Scan(&p.commits) //nolint:errcheck // 0 when unreadable
-	c.db.QueryRow(ctx, `SELECT wal_bytes::bigint FROM pg_stat_wal`).Scan(&p.walBytes)            //nolint:errcheck
+	c.db.QueryRow(ctx, `SELECT sum(xact_commit)::bigint FROM pg_stat_database`).Scan(&p.commits)           //nolint:errcheck // 0 when unreadable
+	c.db.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&p.walBytes, &p.walFPIs) //nolint:errcheck
 	if c.statementsOK {
 		c.db.QueryRow(ctx, `SELECT sum(calls)::bigint FROM pg_stat_statements`).Scan(&p.statements) //nolint:errcheck
 	}
@@ -202,9 +211,9 @@ func (c *costs) report(ctx context.Context, jobs int) {
 	after.commits -= own
 	after.statements -= own
 	per := func(v int64) float64 { return float64(v) / float64(jobs) }
-	fmt.Printf("\n  PostgreSQL per job: %.1f commits, %s statements, %.1f KiB WAL\n", per(after.commits-c.before.commits),
+	fmt.Printf("\n  PostgreSQL per job: %.1f commits, %s statements, %.1f KiB WAL (%.1f full-page images)\n", per(after.commits-c.before.commits),
 		map[bool]string{true: fmt.Sprintf("%.1f", per(after.statements-c.before.statements)), false: "n/a (pg_stat_statements not loaded)"}[c.statementsOK],
-		per(after.walBytes-c.before.walBytes)/1024)
+		per(after.walBytes-c.before.walBytes)/1024, per(after.walFPIs-c.before.walFPIs))
 	const hz = 100.0 // USER_HZ
 	type part struct {
 		name string
@@ -256,6 +265,14 @@ func (c *costs) report(ctx context.Context, jobs int) {
 		c.topStatements(ctx, jobs, 15)
 	}
 	c.topTables(ctx, jobs)
+	if walBreakdown && c.cluster != nil && c.startLSN != "" {
+		var end string
+		if err := c.db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&end); err == nil {
+			if err := reportWAL(ctx, c.db, c.cluster, c.startLSN, end, jobs, 12); err != nil {
+				fmt.Printf("  WAL by relation: %v\n", err)
+			}
+		}
+	}
 }
 
 // isSuite reports whether name is one of the stack's processes.

@@ -58,6 +58,7 @@ func main() {
 	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
 	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
 	defSize := flag.Bool("defsize", false, "measure what a workflow definition's size costs: 15,000 nodes refused with the default limits, then 1k, 5k and 15k nodes with the limits raised (validate, register, submit → first dispatch, peak RSS per process)")
+	flag.BoolVar(&walBreakdown, "wal", false, "break the run's WAL per job down by relation, with its full-page images (pg_waldump)")
 	flag.Parse()
 	if *floodTarget != "" {
 		if err := floodClient(*floodTarget, *floodLimit**floodFactor, *floodInput, *floodWorkspace); err != nil {
