@@ -16,7 +16,8 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.32.0
 GRPCURL_VERSION            := v1.9.4
-TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)
+GNOSTIC_VERSION            := v0.7.1
+TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)-$(GNOSTIC_VERSION)
 
 MODULES  := contract base bus core sdk/worker services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
 # deploy/check (the chart's and dashboards' checks, on the Kubernetes, KEDA,
@@ -41,6 +42,10 @@ help: ## list the targets
 .PHONY: sbbroker azurite
 sbbroker: .build/sbbroker/installed-lock.json ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
 azurite: .build/azurite/installed-lock.json ## install Azurite (pinned npm package) into .build/azurite
+.PHONY: spectral tsclient swaggerui
+spectral: .build/spectral/installed-lock.json ## install Spectral, the OpenAPI linter (pinned npm package), into .build/spectral
+tsclient: .build/tsclient/installed-lock.json ## install openapi-typescript, openapi-fetch and typescript (pinned) into .build/tsclient
+swaggerui: .build/swaggerui/installed-lock.json ## install swagger-ui-dist (pinned), the viewer the gateway embeds at /docs, into .build/swaggerui
 
 .build/%/installed-lock.json: tools/%/package.json tools/%/package-lock.json
 	@rm -rf .build/$* && mkdir -p .build/$*
@@ -63,7 +68,7 @@ $(TOOLS_STAMP):
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
-	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/google/gnostic/cmd/protoc-gen-openapi@$(GNOSTIC_VERSION)
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@rm -f $(BIN)/.tools-* && touch $@
 
@@ -71,16 +76,33 @@ $(TOOLS_STAMP):
 protodeps: ## print third-party .proto imports from pinned Go modules into .build/protodeps
 	$(GO) run ./tools/cmd/protoimports -out .build/protodeps
 
+# The OpenAPI document: protoc-gen-openapi's output (in <dir>/.build/openapi)
+# finished by tools/openapidoc with the contract's version (contract/VERSION)
+# and proto/'s descriptors. $(call openapi,<buf generate's output root>,<document>)
+openapi = buf build --as-file-descriptor-set -o $(1)/.build/openapi/lucius.binpb proto && \
+	$(GO) run ./tools/cmd/lucius-openapi -in $(1)/.build/openapi/openapi.yaml -descriptors $(1)/.build/openapi/lucius.binpb \
+		-version-file contract/VERSION -out $(2)
+
 .PHONY: generate
 generate: tools protodeps ## regenerate contract/ (Go, gRPC, grpc-gateway, OpenAPI) from proto/
 	buf generate
+	$(call openapi,.,contract/openapi/lucius.openapi.json)
 
 .PHONY: check-generated
 check-generated: tools protodeps ## fail when contract/ is not what proto/ generates
 	@rm -rf .build/gencheck && mkdir -p .build/gencheck
 	buf generate -o .build/gencheck
-	@diff -r .build/gencheck/contract/lucius contract/lucius && diff -r .build/gencheck/contract/openapi contract/openapi \
+	@mkdir -p .build/gencheck/contract/openapi
+	$(call openapi,.build/gencheck,.build/gencheck/contract/openapi/lucius.openapi.json)
+	@diff -r .build/gencheck/contract/lucius contract/lucius && diff .build/gencheck/contract/openapi/lucius.openapi.json contract/openapi/lucius.openapi.json \
 		|| { echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
+
+# Spectral (pinned in tools/spectral) lints the document the gateway serves
+# at /openapi.json (contract/openapi/lucius.openapi.json, embedded as is) with
+# spectral:oas and our rules (tools/spectral/ruleset.yaml): a warning fails too.
+.PHONY: openapi-lint
+openapi-lint: spectral ## lint the OpenAPI document with Spectral (spectral:oas + tools/spectral/ruleset.yaml); any warning fails
+	.build/spectral/node_modules/.bin/spectral lint --fail-severity=warn -r tools/spectral/ruleset.yaml contract/openapi/lucius.openapi.json
 
 # deploy/azure/servicebus.bicep is generated like contract/; tools/bicep's test
 # (in make test) fails when it is stale.
@@ -172,7 +194,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated breaking lint build sbbroker azurite chromium deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated openapi-lint breaking lint build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \
