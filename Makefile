@@ -104,6 +104,19 @@ check-generated: tools protodeps ## fail when contract/ is not what proto/ gener
 openapi-lint: spectral ## lint the OpenAPI document with Spectral (spectral:oas + tools/spectral/ruleset.yaml); any warning fails
 	.build/spectral/node_modules/.bin/spectral lint --fail-severity=warn -r tools/spectral/ruleset.yaml contract/openapi/lucius.openapi.json
 
+# The gateway's /docs viewer: swagger-ui-dist's files, pinned in
+# tools/swaggerui, committed under services/gateway/internal/docs/web/swagger-ui
+# (embedded, so the binary needs neither npm nor the internet).
+SWAGGER_UI_DIR   := services/gateway/internal/docs/web/swagger-ui
+SWAGGER_UI_FILES := swagger-ui-bundle.js swagger-ui.css LICENSE NOTICE
+.PHONY: swaggerui-files check-swaggerui
+swaggerui-files: swaggerui ## copy the pinned swagger-ui-dist's files into the gateway's /docs viewer
+	@mkdir -p $(SWAGGER_UI_DIR)
+	for f in $(SWAGGER_UI_FILES); do cp .build/swaggerui/node_modules/swagger-ui-dist/$$f $(SWAGGER_UI_DIR)/$$f; done
+check-swaggerui: swaggerui ## fail when the /docs viewer's files are not the pinned swagger-ui-dist's
+	@for f in $(SWAGGER_UI_FILES); do cmp -s .build/swaggerui/node_modules/swagger-ui-dist/$$f $(SWAGGER_UI_DIR)/$$f \
+		|| { echo "$(SWAGGER_UI_DIR)/$$f is not swagger-ui-dist's: run 'make swaggerui-files' and commit it"; exit 1; }; done
+
 # deploy/azure/servicebus.bicep is generated like contract/; tools/bicep's test
 # (in make test) fails when it is stale.
 .PHONY: bicep
@@ -194,7 +207,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated openapi-lint breaking lint build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated openapi-lint check-swaggerui breaking lint build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

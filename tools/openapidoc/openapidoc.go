@@ -96,6 +96,7 @@ func Finish(in Input) ([]byte, error) {
 
 	doc["info"] = info(in.Version)
 	doc["servers"] = []any{
+		map[string]any{"url": "/", "description": "The gateway serving this document (/openapi.json, /docs)."},
 		map[string]any{"url": "http://127.0.0.1:8080", "description": "The gateway `make up` starts."},
 		map[string]any{
 			"url":         "{scheme}://{host}",
@@ -200,6 +201,8 @@ func finishOperation(op map[string]any, hasPathParams bool, streams map[string]b
 	}
 	if s, ok := op["summary"].(string); ok {
 		op["summary"] = tidy(s)
+	} else if _, rpc, ok := strings.Cut(id, "_"); ok {
+		op["summary"] = rpc // the RPC's name: what viewers list beside the path
 	}
 	for _, p := range asSlice(op["parameters"]) {
 		param, ok := p.(map[string]any)
