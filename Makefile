@@ -124,19 +124,25 @@ bicep: ## regenerate deploy/azure/servicebus.bicep from bus/topology
 	@mkdir -p .build
 	$(GO) run ./tools/cmd/lucius-bicep > .build/servicebus.bicep && mv .build/servicebus.bicep deploy/azure/servicebus.bicep
 
-# The contract must stay compatible with what has landed. The third-party
-# imports are not in git, so build an image of the base's proto/ in a
-# temporary worktree (with today's printed imports) and compare against it.
+# The contract must stay compatible with what has landed and with its last
+# release: the highest contract/vX.Y.Z tag (no tag, no second comparison).
+# The third-party imports are not in git, so build an image of each base's
+# proto/ in a temporary worktree (with today's printed imports) and compare
+# against it.
 BREAKING_AGAINST ?= main
+CONTRACT_TAG = $(shell git tag -l 'contract/v*' --sort=-v:refname | head -1)
 .PHONY: breaking
-breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ (skipped when it has none)
-	@if ! git cat-file -e "$(BREAKING_AGAINST):proto" 2>/dev/null; then echo "breaking: $(BREAKING_AGAINST) has no proto/; nothing to compare"; exit 0; fi; \
-	rm -rf .build/against .build/against.binpb; git worktree prune; \
-	git worktree add --detach --force .build/against "$(BREAKING_AGAINST)" >/dev/null 2>&1; \
-	mkdir -p .build/against/.build && cp -r .build/protodeps .build/against/.build/protodeps; \
-	(cd .build/against && buf build -o ../against.binpb); status=$$?; \
-	git worktree remove --force .build/against; \
-	[ $$status -eq 0 ] && buf build -o .build/current.binpb && buf breaking .build/current.binpb --against .build/against.binpb && echo "breaking: compatible with $(BREAKING_AGAINST)"
+breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ and the last contract/v* tag's (each skipped when it has none)
+	@buf build -o .build/current.binpb; \
+	for ref in $(BREAKING_AGAINST) $(CONTRACT_TAG); do \
+		if ! git cat-file -e "$$ref:proto" 2>/dev/null; then echo "breaking: $$ref has no proto/; nothing to compare"; continue; fi; \
+		rm -rf .build/against .build/against.binpb; git worktree prune; \
+		git worktree add --detach --force .build/against "$$ref" >/dev/null 2>&1; \
+		mkdir -p .build/against/.build && cp -r .build/protodeps .build/against/.build/protodeps; \
+		(cd .build/against && buf build -o ../against.binpb); status=$$?; \
+		git worktree remove --force .build/against; \
+		[ $$status -eq 0 ] && buf breaking .build/current.binpb --against .build/against.binpb && echo "breaking: compatible with $$ref" || exit 1; \
+	done
 
 .PHONY: lint
 lint: tools protodeps ## buf lint, gofmt and go vet
