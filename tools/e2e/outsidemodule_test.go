@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/module"
-	"golang.org/x/mod/zip"
-
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/tools/modproxy"
 )
 
 const contractModule = "github.com/lucius-platform/lucius/contract"
@@ -70,7 +67,7 @@ func main() {
 
 // A module outside the repository gets the tagged contract (the highest
 // contract/vX.Y.Z tag; without one, a tag made in a temporary clone) from a
-// local GOPROXY=file:// built from that tag, builds a program with its
+// local GOPROXY=file:// built from that tag (package modproxy), builds a program with its
 // generated gRPC client, and calls the suite with it. Offline: every other
 // module comes from the local module cache (GOPROXY=file://…/cache/download),
 // and GOSUMDB is off as no checksum database knows a local proxy's module.
@@ -83,9 +80,11 @@ func TestOutsideModuleCallsTheSuiteWithTheTaggedContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo, tag := taggedContract(t, root)
-	version := strings.TrimPrefix(tag, "contract/")
 	proxy := filepath.Join(t.TempDir(), "proxy")
-	buildProxy(t, repo, tag, version, proxy)
+	_, version, err := modproxy.Build(ctx, repo, tag, proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := startSuite(t, suiteOptions{})
 
 	scratch := t.TempDir()
@@ -159,53 +158,6 @@ func taggedContract(t *testing.T, root string) (string, string) {
 		}
 	}
 	return clone, tag
-}
-
-// buildProxy writes a GOPROXY directory serving the contract module at
-// version, made from repo's contract/ at tag (Go's rules for a module in a
-// subdirectory: tag contract/vX.Y.Z is version vX.Y.Z of module …/contract).
-func buildProxy(t *testing.T, repo, tag, version, proxy string) {
-	t.Helper()
-	src := t.TempDir()
-	archive := exec.Command("git", "-C", repo, "archive", "--format=tar", tag, "contract")
-	untar := exec.Command("tar", "-x", "-C", src)
-	var err error
-	if untar.Stdin, err = archive.StdoutPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := untar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	archive.Stderr = &stderr
-	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", tag, err, stderr.Bytes())
-	}
-	if err := untar.Wait(); err != nil {
-		t.Fatalf("tar: %v", err)
-	}
-	dir := filepath.Join(proxy, contractModule, "@v")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(filepath.Join(dir, version+".zip"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := zip.CreateFromDir(f, module.Version{Path: contractModule, Version: version}, filepath.Join(src, "contract")); err != nil {
-		t.Fatalf("module zip: %v", err)
-	}
-	mod, err := os.ReadFile(filepath.Join(src, "contract", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, _ := json.Marshal(map[string]any{"Version": version, "Time": time.Now().UTC().Format(time.RFC3339)})
-	for name, data := range map[string][]byte{version + ".mod": mod, version + ".info": info, "list": []byte(version + "\n")} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func goEnv(t *testing.T, name string) string {
