@@ -61,6 +61,23 @@ var successCodes = map[string]string{
 	"CommandService_Submit": "202",
 }
 
+// orchestratorServers serve the services the orchestrators serve, not the
+// gateway: a worker's callbacks.
+var orchestratorServers = []any{
+	map[string]any{"url": "http://127.0.0.1:8081", "description": "An orchestrator `make up` starts (CallbackService is served by the orchestrators, not the gateway)."},
+	map[string]any{
+		"url":         "{scheme}://{host}",
+		"description": "Your deployment's orchestrators.",
+		"variables": map[string]any{
+			"scheme": map[string]any{"default": "https", "enum": []any{"https", "http"}},
+			"host":   map[string]any{"default": "lucius-orchestrator.internal", "description": "An orchestrator's HTTP host and port."},
+		},
+	},
+}
+
+// servedByOrchestrators are the services (tags) only the orchestrators serve.
+var servedByOrchestrators = map[string]bool{"CallbackService": true}
+
 // errorResponses are the 4xx and 5xx answers every operation may give:
 // grpc-gateway maps the gRPC code to the HTTP status
 // (runtime.HTTPStatusFromCode) and writes the google.rpc.Status as JSON.
@@ -248,6 +265,11 @@ func finishOperation(op map[string]any, hasPathParams bool, streams map[string]b
 	}
 	responses["default"] = map[string]any{"$ref": "#/components/responses/Error"}
 	op["security"] = []any{map[string]any{BearerScheme: []any{}}}
+	for _, tag := range asSlice(op["tags"]) {
+		if name, _ := tag.(string); servedByOrchestrators[name] {
+			op["servers"] = orchestratorServers
+		}
+	}
 	return nil
 }
 

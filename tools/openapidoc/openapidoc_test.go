@@ -159,8 +159,22 @@ func TestFinishSetsInfoServersAndTheBearerScheme(t *testing.T) {
 	if at(doc, "info", "contact", "name") == nil || at(doc, "info", "description") == nil {
 		t.Error("info lacks a contact or a description")
 	}
-	if servers, _ := doc["servers"].([]any); len(servers) == 0 {
-		t.Error("no servers")
+	if servers, _ := doc["servers"].([]any); len(servers) == 0 || at(servers[0], "url") != "/" {
+		t.Errorf("servers %v, want the serving gateway (/) first", servers)
+	}
+	for path, want := range map[string]any{
+		"/v1/jobs/{job_id}/steps/{step_id}/attempts/{attempt_no}:ack": "http://127.0.0.1:8081",
+		"/v1/commands": nil, // the document's servers: the gateway
+	} {
+		method := keys(at(doc, "paths", path))[0]
+		servers, _ := at(doc, "paths", path, method, "servers").([]any)
+		var got any
+		if len(servers) > 0 {
+			got = at(servers[0], "url")
+		}
+		if got != want {
+			t.Errorf("%s %s is served at %v, want %v", method, path, got, want)
+		}
 	}
 	if d := at(doc, "paths", "/v1/commands", "post", "description"); d != "Submit accepts a command.\nREST answers 202." {
 		t.Errorf("description %q: the generator's leading spaces are not removed", d)
