@@ -83,15 +83,23 @@ var servedByOrchestrators = map[string]bool{"CallbackService": true}
 // (runtime.HTTPStatusFromCode) and writes the google.rpc.Status as JSON.
 var errorResponses = []struct {
 	code, name, description string
-	pathOnly                bool // only operations that name a resource in their path
+	applies                 func(o opShape) bool // nil: every operation
 }{
-	{"400", "BadRequest", "INVALID_ARGUMENT, FAILED_PRECONDITION or OUT_OF_RANGE: the request is invalid; ErrorInfo.reason says why and a BadRequest detail names the fields.", false},
-	{"401", "Unauthorized", "UNAUTHENTICATED: no bearer token, or one that is expired, not signed by a trusted issuer or for another audience. The answer carries a WWW-Authenticate challenge.", false},
-	{"403", "Forbidden", "PERMISSION_DENIED: the token's role or tenants do not allow this call.", false},
-	{"404", "NotFound", "NOT_FOUND: no such resource, or one of a tenant the caller may not see.", true},
-	{"409", "Conflict", "ALREADY_EXISTS or ABORTED: the request conflicts with the resource's state (a reused idempotency key, a stale revision).", false},
-	{"429", "TooManyRequests", "RESOURCE_EXHAUSTED: an admission or rate limit; retry after the Retry-After header's seconds.", false},
-	{"503", "Unavailable", "UNAVAILABLE: the gateway or its database cannot serve now; retry with backoff.", false},
+	{"400", "BadRequest", "INVALID_ARGUMENT, FAILED_PRECONDITION or OUT_OF_RANGE: the request is invalid; ErrorInfo.reason says why and a BadRequest detail names the fields.", nil},
+	{"401", "Unauthorized", "UNAUTHENTICATED: no bearer token, or one that is expired, not signed by a trusted issuer or for another audience. The answer carries a WWW-Authenticate challenge.", nil},
+	{"403", "Forbidden", "PERMISSION_DENIED: the token's role or tenants do not allow this call.", nil},
+	{"404", "NotFound", "NOT_FOUND: no such resource, or one of a tenant the caller may not see.", func(o opShape) bool { return o.pathParams }},
+	{"409", "Conflict", "ALREADY_EXISTS or ABORTED: the request conflicts with the resource's state (a reused idempotency key, a stale revision), or a stream fell behind (WATCH_BEHIND).",
+		func(o opShape) bool { return o.method != "get" || o.streaming }},
+	{"429", "TooManyRequests", "RESOURCE_EXHAUSTED: an admission or rate limit; retry after the Retry-After header's seconds.", nil},
+	{"503", "Unavailable", "UNAVAILABLE: the gateway or its database cannot serve now; retry with backoff.", nil},
+}
+
+// opShape is what decides which errors an operation documents.
+type opShape struct {
+	method     string
+	pathParams bool // it names a resource in its path
+	streaming  bool
 }
 
 // Finish turns the generated document into the served one, as indented JSON.
@@ -159,7 +167,7 @@ func Finish(in Input) ([]byte, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s %s is not an operation", method, path)
 			}
-			if err := finishOperation(op, strings.Contains(path, "{"), streams); err != nil {
+			if err := finishOperation(op, opShape{method: method, pathParams: strings.Contains(path, "{")}, streams); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", method, path, err)
 			}
 		}
@@ -208,7 +216,7 @@ func info(version string) map[string]any {
 
 // finishOperation sets an operation's success code, error answers,
 // security and streaming bodies.
-func finishOperation(op map[string]any, hasPathParams bool, streams map[string]bool) error {
+func finishOperation(op map[string]any, shape opShape, streams map[string]bool) error {
 	id, _ := op["operationId"].(string)
 	if id == "" {
 		return fmt.Errorf("no operationId")
@@ -250,7 +258,8 @@ func finishOperation(op map[string]any, hasPathParams bool, streams map[string]b
 		code = c
 		ok200["description"] = "Accepted: the command is stored and its job runs asynchronously; follow it with GetJob or WatchJob."
 	}
-	if streams[id] {
+	shape.streaming = streams[id]
+	if shape.streaming {
 		if err := streamBody(op, ok200); err != nil {
 			return err
 		}
@@ -258,7 +267,7 @@ func finishOperation(op map[string]any, hasPathParams bool, streams map[string]b
 	responses[code] = ok200
 	delete(responses, "default")
 	for _, r := range errorResponses {
-		if r.pathOnly && !hasPathParams {
+		if r.applies != nil && !r.applies(shape) {
 			continue
 		}
 		responses[r.code] = map[string]any{"$ref": "#/components/responses/" + r.name}

@@ -95,7 +95,7 @@ func TestFinishAnswersWithTheGatewaysCodesErrorsAndSecurity(t *testing.T) {
 	}{
 		{"/v1/commands", "post", []string{"202", "400", "401", "403", "409", "429", "503", "default"}, false},
 		{"/v1/jobs/{job_id}:watch", "get", []string{"200", "400", "401", "403", "404", "409", "429", "503", "default"}, true},
-		{"/v1/config/tenants/{tenant_id}", "get", []string{"200", "400", "401", "403", "404", "409", "429", "503", "default"}, false},
+		{"/v1/config/tenants/{tenant_id}", "get", []string{"200", "400", "401", "403", "404", "429", "503", "default"}, false},
 		{"/v1/config/tenants/{tenant_id}", "put", []string{"200", "400", "401", "403", "404", "409", "429", "503", "default"}, false},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
