@@ -91,7 +91,8 @@ var errorResponses = []struct {
 	{"404", "NotFound", "NOT_FOUND: no such resource, or one of a tenant the caller may not see.", func(o opShape) bool { return o.pathParams }},
 	{"409", "Conflict", "ALREADY_EXISTS or ABORTED: the request conflicts with the resource's state (a reused idempotency key, a stale revision), or a stream fell behind (WATCH_BEHIND).",
 		func(o opShape) bool { return o.method != "get" || o.streaming }},
-	{"429", "TooManyRequests", "RESOURCE_EXHAUSTED: an admission or rate limit; retry after the Retry-After header's seconds.", nil},
+	{"413", "PayloadTooLarge", "RESOURCE_EXHAUSTED (REQUEST_TOO_LARGE): the body is larger than the gateway accepts.", func(o opShape) bool { return o.body }},
+	{"429", "TooManyRequests", "RESOURCE_EXHAUSTED: an admission or rate limit; retry after the Retry-After header's seconds.", func(o opShape) bool { return !o.streaming }},
 	{"503", "Unavailable", "UNAVAILABLE: the gateway or its database cannot serve now; retry with backoff.", nil},
 }
 
@@ -100,6 +101,7 @@ type opShape struct {
 	method     string
 	pathParams bool // it names a resource in its path
 	streaming  bool
+	body       bool // it takes a request body
 }
 
 // Finish turns the generated document into the served one, as indented JSON.
@@ -259,6 +261,7 @@ func finishOperation(op map[string]any, shape opShape, streams map[string]bool) 
 		ok200["description"] = "Accepted: the command is stored and its job runs asynchronously; follow it with GetJob or WatchJob."
 	}
 	shape.streaming = streams[id]
+	shape.body = op["requestBody"] != nil
 	if shape.streaming {
 		if err := streamBody(op, ok200); err != nil {
 			return err

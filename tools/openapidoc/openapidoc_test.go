@@ -93,8 +93,8 @@ func TestFinishAnswersWithTheGatewaysCodesErrorsAndSecurity(t *testing.T) {
 		responses    []string
 		streaming    bool
 	}{
-		{"/v1/commands", "post", []string{"202", "400", "401", "403", "409", "429", "503", "default"}, false},
-		{"/v1/jobs/{job_id}:watch", "get", []string{"200", "400", "401", "403", "404", "409", "429", "503", "default"}, true},
+		{"/v1/commands", "post", []string{"202", "400", "401", "403", "409", "413", "429", "503", "default"}, false},
+		{"/v1/jobs/{job_id}:watch", "get", []string{"200", "400", "401", "403", "404", "409", "503", "default"}, true},
 		{"/v1/config/tenants/{tenant_id}", "get", []string{"200", "400", "401", "403", "404", "429", "503", "default"}, false},
 		{"/v1/config/tenants/{tenant_id}", "put", []string{"200", "400", "401", "403", "404", "409", "429", "503", "default"}, false},
 	} {
