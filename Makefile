@@ -16,7 +16,8 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.32.0
 GRPCURL_VERSION            := v1.9.4
-TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)
+GNOSTIC_VERSION            := v0.7.1
+TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)-$(GNOSTIC_VERSION)
 
 MODULES  := contract base bus core sdk/worker services/gateway services/orchestrator services/reconciler services/scheduler services/worker-skeleton tools
 # deploy/check (the chart's and dashboards' checks, on the Kubernetes, KEDA,
@@ -41,6 +42,10 @@ help: ## list the targets
 .PHONY: sbbroker azurite
 sbbroker: .build/sbbroker/installed-lock.json ## install the Service Bus test broker's pinned npm packages into .build/sbbroker
 azurite: .build/azurite/installed-lock.json ## install Azurite (pinned npm package) into .build/azurite
+.PHONY: spectral tsclient swaggerui
+spectral: .build/spectral/installed-lock.json ## install Spectral, the OpenAPI linter (pinned npm package), into .build/spectral
+tsclient: .build/tsclient/installed-lock.json ## install openapi-typescript, openapi-fetch and typescript (pinned) into .build/tsclient
+swaggerui: .build/swaggerui/installed-lock.json ## install swagger-ui-dist (pinned), the viewer the gateway embeds at /docs, into .build/swaggerui
 
 .build/%/installed-lock.json: tools/%/package.json tools/%/package-lock.json
 	@rm -rf .build/$* && mkdir -p .build/$*
@@ -63,7 +68,7 @@ $(TOOLS_STAMP):
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
-	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	GOBIN=$(BIN) $(GO) install github.com/google/gnostic/cmd/protoc-gen-openapi@$(GNOSTIC_VERSION)
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@rm -f $(BIN)/.tools-* && touch $@
 
@@ -71,16 +76,46 @@ $(TOOLS_STAMP):
 protodeps: ## print third-party .proto imports from pinned Go modules into .build/protodeps
 	$(GO) run ./tools/cmd/protoimports -out .build/protodeps
 
+# The OpenAPI document: protoc-gen-openapi's output (in <dir>/.build/openapi)
+# finished by tools/openapidoc with the contract's version (contract/VERSION)
+# and proto/'s descriptors. $(call openapi,<buf generate's output root>,<document>)
+openapi = buf build --as-file-descriptor-set -o $(1)/.build/openapi/lucius.binpb proto && \
+	$(GO) run ./tools/cmd/lucius-openapi -in $(1)/.build/openapi/openapi.yaml -descriptors $(1)/.build/openapi/lucius.binpb \
+		-version-file contract/VERSION -out $(2)
+
 .PHONY: generate
 generate: tools protodeps ## regenerate contract/ (Go, gRPC, grpc-gateway, OpenAPI) from proto/
 	buf generate
+	$(call openapi,.,contract/openapi/lucius.openapi.json)
 
 .PHONY: check-generated
 check-generated: tools protodeps ## fail when contract/ is not what proto/ generates
 	@rm -rf .build/gencheck && mkdir -p .build/gencheck
 	buf generate -o .build/gencheck
-	@diff -r .build/gencheck/contract/lucius contract/lucius && diff -r .build/gencheck/contract/openapi contract/openapi \
+	@mkdir -p .build/gencheck/contract/openapi
+	$(call openapi,.build/gencheck,.build/gencheck/contract/openapi/lucius.openapi.json)
+	@diff -r .build/gencheck/contract/lucius contract/lucius && diff .build/gencheck/contract/openapi/lucius.openapi.json contract/openapi/lucius.openapi.json \
 		|| { echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
+
+# Spectral (pinned in tools/spectral) lints the document the gateway serves
+# at /openapi.json (contract/openapi/lucius.openapi.json, embedded as is) with
+# spectral:oas and our rules (tools/spectral/ruleset.yaml): a warning fails too.
+.PHONY: openapi-lint
+openapi-lint: spectral ## lint the OpenAPI document with Spectral (spectral:oas + tools/spectral/ruleset.yaml); any warning fails
+	.build/spectral/node_modules/.bin/spectral lint --fail-severity=warn -r tools/spectral/ruleset.yaml contract/openapi/lucius.openapi.json
+
+# The gateway's /docs viewer: swagger-ui-dist's files, pinned in
+# tools/swaggerui, committed under services/gateway/internal/docs/web/swagger-ui
+# (embedded, so the binary needs neither npm nor the internet).
+SWAGGER_UI_DIR   := services/gateway/internal/docs/web/swagger-ui
+SWAGGER_UI_FILES := swagger-ui-bundle.js swagger-ui.css LICENSE NOTICE
+.PHONY: swaggerui-files check-swaggerui
+swaggerui-files: swaggerui ## copy the pinned swagger-ui-dist's files into the gateway's /docs viewer
+	@mkdir -p $(SWAGGER_UI_DIR)
+	for f in $(SWAGGER_UI_FILES); do cp .build/swaggerui/node_modules/swagger-ui-dist/$$f $(SWAGGER_UI_DIR)/$$f; done
+check-swaggerui: swaggerui ## fail when the /docs viewer's files are not the pinned swagger-ui-dist's
+	@for f in $(SWAGGER_UI_FILES); do cmp -s .build/swaggerui/node_modules/swagger-ui-dist/$$f $(SWAGGER_UI_DIR)/$$f \
+		|| { echo "$(SWAGGER_UI_DIR)/$$f is not swagger-ui-dist's: run 'make swaggerui-files' and commit it"; exit 1; }; done
 
 # deploy/azure/servicebus.bicep is generated like contract/; tools/bicep's test
 # (in make test) fails when it is stale.
@@ -89,19 +124,25 @@ bicep: ## regenerate deploy/azure/servicebus.bicep from bus/topology
 	@mkdir -p .build
 	$(GO) run ./tools/cmd/lucius-bicep > .build/servicebus.bicep && mv .build/servicebus.bicep deploy/azure/servicebus.bicep
 
-# The contract must stay compatible with what has landed. The third-party
-# imports are not in git, so build an image of the base's proto/ in a
-# temporary worktree (with today's printed imports) and compare against it.
+# The contract must stay compatible with what has landed and with its last
+# release: the highest contract/vX.Y.Z tag (no tag, no second comparison).
+# The third-party imports are not in git, so build an image of each base's
+# proto/ in a temporary worktree (with today's printed imports) and compare
+# against it.
 BREAKING_AGAINST ?= main
+CONTRACT_TAG = $(shell git tag -l 'contract/v*' --sort=-v:refname | head -1)
 .PHONY: breaking
-breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ (skipped when it has none)
-	@if ! git cat-file -e "$(BREAKING_AGAINST):proto" 2>/dev/null; then echo "breaking: $(BREAKING_AGAINST) has no proto/; nothing to compare"; exit 0; fi; \
-	rm -rf .build/against .build/against.binpb; git worktree prune; \
-	git worktree add --detach --force .build/against "$(BREAKING_AGAINST)" >/dev/null 2>&1; \
-	mkdir -p .build/against/.build && cp -r .build/protodeps .build/against/.build/protodeps; \
-	(cd .build/against && buf build -o ../against.binpb); status=$$?; \
-	git worktree remove --force .build/against; \
-	[ $$status -eq 0 ] && buf build -o .build/current.binpb && buf breaking .build/current.binpb --against .build/against.binpb && echo "breaking: compatible with $(BREAKING_AGAINST)"
+breaking: tools protodeps ## buf breaking against $(BREAKING_AGAINST)'s proto/ and the last contract/v* tag's (each skipped when it has none)
+	@buf build -o .build/current.binpb; \
+	for ref in $(BREAKING_AGAINST) $(CONTRACT_TAG); do \
+		if ! git cat-file -e "$$ref:proto" 2>/dev/null; then echo "breaking: $$ref has no proto/; nothing to compare"; continue; fi; \
+		rm -rf .build/against .build/against.binpb; git worktree prune; \
+		git worktree add --detach --force .build/against "$$ref" >/dev/null 2>&1; \
+		mkdir -p .build/against/.build && cp -r .build/protodeps .build/against/.build/protodeps; \
+		(cd .build/against && buf build -o ../against.binpb); status=$$?; \
+		git worktree remove --force .build/against; \
+		[ $$status -eq 0 ] && buf breaking .build/current.binpb --against .build/against.binpb && echo "breaking: compatible with $$ref" || exit 1; \
+	done
 
 .PHONY: lint
 lint: tools protodeps ## buf lint, gofmt and go vet
@@ -172,7 +213,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated breaking lint build sbbroker azurite chromium deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated openapi-lint check-swaggerui breaking lint build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

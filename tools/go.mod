@@ -73,6 +73,7 @@ require (
 )
 
 require (
+	github.com/exaring/otelpgx v0.13.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/gowebpki/jcs v1.0.1 // indirect
@@ -101,6 +102,7 @@ require (
 	github.com/lucius-platform/lucius/bus v0.1.0
 	github.com/lucius-platform/lucius/contract v0.1.0
 	github.com/lucius-platform/lucius/core v0.1.0
+	golang.org/x/mod v0.42.0
 )
 
 replace github.com/lucius-platform/lucius/contract => ../contract

@@ -115,6 +115,21 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 }
 
+// Install installs tools/<tool>'s pinned packages into .build/<tool>
+// unless they are there already (as Start does), for a test that runs the
+// tool's commands rather than a server; it returns the repository root and
+// the node_modules directory.
+func Install(ctx context.Context, tool string) (root, modules string, err error) {
+	if _, err := exec.LookPath("node"); err != nil {
+		return "", "", ErrNoNode
+	}
+	if root, err = repoRoot(tool); err != nil {
+		return "", "", err
+	}
+	modules, err = install(ctx, root, tool)
+	return root, modules, err
+}
+
 // Stop ends the server (stdin closed, then SIGTERM, then after 5 s SIGKILL)
 // and waits for it.
 func (p *Process) Stop() {

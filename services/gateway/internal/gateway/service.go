@@ -9,7 +9,8 @@
 // member data, read batches with their phase and init executions) from
 // PostgreSQL, over gRPC and REST (grpc-gateway, dialed through the gRPC
 // endpoint so REST calls pass the same interceptors), and the web console
-// (package console) at /ui/.
+// (package console) at /ui/, and the OpenAPI document at /openapi.json with
+// its viewer at /docs (package docs).
 package gateway
 
 import (
@@ -31,6 +32,7 @@ import (
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/services/gateway/internal/console"
+	"github.com/lucius-platform/lucius/services/gateway/internal/docs"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -109,7 +111,8 @@ func Run(ctx context.Context, cfg Config) error {
 		ep.Close()
 		return err
 	}
-	ep.Front = con.Front
+	// /openapi.json and /docs are public; everything behind them authenticates.
+	ep.Front = func(rest http.Handler) http.Handler { return docs.Front(con.Front(rest)) }
 	luciusv1.RegisterConsoleServiceServer(ep.GRPC, con)
 	luciusv1.RegisterCommandServiceServer(ep.GRPC, commands)
 	watch := newWatchHub(store, log)
