@@ -251,12 +251,12 @@ func finish(ctx context.Context, tx *ledger.Tx, job *ledger.Job, nodes map[strin
 		return err
 	}
 	children := 0
-	for _, id := range cancelled {
-		if strings.Contains(id, "[") {
+	for _, c := range cancelled {
+		if c.Parent != "" { // fan-out children are counted in one event
 			children++
 			continue
 		}
-		tx.Append(ledger.Event{JobID: job.JobID, StepID: id, Type: ledger.EventStepStatusChanged,
+		tx.Append(ledger.Event{JobID: job.JobID, StepID: c.StepID, Type: ledger.EventStepStatusChanged,
 			FromStatus: string(ledger.StepPending), ToStatus: string(ledger.StepCancelled), Reason: "JOB_" + string(status)})
 	}
 	if children > 0 {

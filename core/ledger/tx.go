@@ -235,16 +235,23 @@ func (t *Tx) ChildResults(ctx context.Context, jobID, parent string) ([]ChildRes
 	})
 }
 
+// CancelledStep is a step CancelPending closed.
+type CancelledStep struct {
+	StepID string
+	// Parent is the fan-out step a child belongs to ("" for a workflow node).
+	Parent string
+}
+
 // CancelPending closes every step of the job that never started (nodes and
-// children) and returns their ids.
-func (t *Tx) CancelPending(ctx context.Context, jobID, reason string) ([]string, error) {
+// fan-out children) and returns them.
+func (t *Tx) CancelPending(ctx context.Context, jobID, reason string) ([]CancelledStep, error) {
 	rows, err := t.tx.Query(ctx, sqlCancelPending, jobID, reason)
 	if err != nil {
 		return nil, fmt.Errorf("cancel pending steps of %s: %w", jobID, err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var id, parent string
-		return id, row.Scan(&id, &parent)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CancelledStep, error) {
+		var c CancelledStep
+		return c, row.Scan(&c.StepID, &c.Parent)
 	})
 }
 
