@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -42,30 +39,12 @@ func newJobConsumer(r bus.Receiver, eng *engine.Engine, owner *ownership, concur
 	return &jobConsumer{receiver: r, engine: eng, owner: owner, concurrency: concurrency, log: log, claimed: claimed}, nil
 }
 
-// run receives until ctx ends.
+// run receives until ctx ends, creating up to concurrency jobs at once.
 func (c *jobConsumer) run(ctx context.Context) {
-	sem := make(chan struct{}, c.concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		msgs, err := c.receiver.Receive(ctx, c.concurrency)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
+	bus.Consume(ctx, c.receiver, bus.ConsumeOptions{Batch: c.concurrency, Concurrency: c.concurrency,
+		OnError: func(ctx context.Context, err error) {
 			c.log.WarnContext(ctx, "receive orchestrator-jobs", telemetry.Err(err))
-			loop.Sleep(ctx, time.Second)
-			continue
-		}
-		for _, m := range msgs {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				c.handle(ctx, m)
-			}()
-		}
-	}
+		}}, c.handle)
 }
 
 func (c *jobConsumer) handle(ctx context.Context, m *bus.Received) {

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -88,22 +87,12 @@ func (x *runbookExecutor) definition(ctx context.Context, name string, version i
 	return stored.Runbook, nil
 }
 
-// run receives until ctx ends.
+// run receives until ctx ends, handling one event after another.
 func (x *runbookExecutor) run(ctx context.Context) {
-	for {
-		msgs, err := x.receiver.Receive(ctx, 8)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
+	bus.Consume(ctx, x.receiver, bus.ConsumeOptions{Batch: 8,
+		OnError: func(ctx context.Context, err error) {
 			x.log.WarnContext(ctx, "receive orchestrator-events", telemetry.Err(err))
-			loop.Sleep(ctx, time.Second)
-			continue
-		}
-		for _, m := range msgs {
-			x.receive(ctx, m)
-		}
-	}
+		}}, x.receive)
 }
 
 func (x *runbookExecutor) receive(ctx context.Context, m *bus.Received) {
