@@ -144,7 +144,9 @@ func TestConsumeReportsFailedReceivesAndRetries(t *testing.T) {
 // closedReceiver is a receiver whose bus was closed.
 type closedReceiver struct{ bus.Receiver }
 
-func (closedReceiver) Receive(context.Context, int) ([]*bus.Received, error) { return nil, bus.ErrClosed }
+func (closedReceiver) Receive(context.Context, int) ([]*bus.Received, error) {
+	return nil, bus.ErrClosed
+}
 
 func TestConsumeEndsWhenTheReceiverIsClosed(t *testing.T) {
 	done := make(chan struct{})
