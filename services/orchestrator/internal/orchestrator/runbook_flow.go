@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -26,12 +25,11 @@ type effects struct {
 // advanceInit runs a batch's init steps in order: the next one when the
 // previous succeeded; the batch becomes active when all did, failed when one
 // failed (the rest are cancelled).
-func (x *runbookExecutor) advanceInit(ctx context.Context, tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
+func (x *runbookExecutor) advanceInit(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
 	if b.Status != runbook.BatchInitDispatched {
 		return nil
 	}
-	rows, err := execs(ctx, tx, runbook.TableInit, initSelect+` WHERE i.batch_id = $1 AND i.runbook_version =
-		(SELECT max(runbook_version) FROM init_executions WHERE batch_id = $1) ORDER BY i.step_index`, b.ID)
+	rows, err := x.rows(tx).InitSteps(ctx, b.ID)
 	if err != nil {
 		return err
 	}
@@ -52,32 +50,17 @@ func (x *runbookExecutor) advanceInit(ctx context.Context, tx *ledger.Tx, b *bat
 		case runbook.StepDispatched, runbook.StepPolling:
 			return nil // waiting for it
 		default: // failed, poll_timeout, cancelled: the batch cannot start
-			jobs, err := cancelExecs(ctx, tx, rows[i+1:], "an earlier init step did not succeed", now)
+			jobs, err := x.rows(tx).Cancel(ctx, rows[i+1:], "an earlier init step did not succeed", now)
 			if err != nil {
 				return err
 			}
 			fx.cancel = append(fx.cancel, jobs...)
 			x.log.WarnContext(ctx, "runbook batch failed in init", "batch_id", b.ID, "step", r.StepName, "status", r.Status)
-			return setBatchStatus(ctx, tx, b, runbook.BatchFailed, now)
+			return x.rows(tx).SetBatchStatus(ctx, b, runbook.BatchFailed, now)
 		}
 	}
 	x.log.InfoContext(ctx, "runbook batch active", "batch_id", b.ID, "runbook", b.Name)
-	return setBatchStatus(ctx, tx, b, runbook.BatchActive, now)
-}
-
-// phaseRow is a phase execution.
-type phaseRow struct {
-	ID      int64
-	Name    string
-	Version int
-	Status  string
-}
-
-func lockPhase(ctx context.Context, tx *ledger.Tx, id int64) (*phaseRow, error) {
-	var p phaseRow
-	err := tx.SQL().QueryRow(ctx, `SELECT id, phase_name, runbook_version, status FROM phase_executions WHERE id = $1 FOR UPDATE`, id).
-		Scan(&p.ID, &p.Name, &p.Version, &p.Status)
-	return &p, err
+	return x.rows(tx).SetBatchStatus(ctx, b, runbook.BatchActive, now)
 }
 
 // advancePhase runs a phase step index by step index across its members: a
@@ -85,16 +68,16 @@ func lockPhase(ctx context.Context, tx *ledger.Tx, id int64) (*phaseRow, error) 
 // barrier) and its member's own earlier steps succeeded. When every step and
 // rollback has ended, the phase is completed (all succeeded, or cancelled
 // because their member left) or failed.
-func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *batchRow, phaseID int64, fx *effects, now time.Time) error {
-	p, err := lockPhase(ctx, tx, phaseID)
+func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, phaseID int64, fx *effects, now time.Time) error {
+	p, err := x.rows(tx).LockPhase(ctx, phaseID)
 	if err != nil || (p.Status != runbook.PhaseDispatched) {
 		return err
 	}
-	rows, err := execs(ctx, tx, runbook.TableSteps, stepSelect+` WHERE s.phase_execution_id = $1 ORDER BY s.step_index, s.id`, phaseID)
+	rows, err := x.rows(tx).PhaseSteps(ctx, phaseID)
 	if err != nil {
 		return err
 	}
-	var steps, rollbacks []*execRow
+	var steps, rollbacks []*runbook.Execution
 	for _, r := range rows {
 		if r.Kind == runbook.KindRollback {
 			rollbacks = append(rollbacks, r)
@@ -103,27 +86,27 @@ func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *ba
 		}
 	}
 	// A member's step cannot run once one of its earlier steps did not succeed.
-	byMember := map[int64][]*execRow{}
+	byMember := map[int64][]*runbook.Execution{}
 	for _, r := range steps {
 		byMember[r.MemberID] = append(byMember[r.MemberID], r)
 	}
 	for _, mine := range byMember {
 		blocked := false
 		for _, r := range mine {
-			if blocked && !r.terminal() {
-				jobs, err := cancelExecs(ctx, tx, []*execRow{r}, "an earlier step of this member did not succeed", now)
+			if blocked && !r.Terminal() {
+				jobs, err := x.rows(tx).Cancel(ctx, []*runbook.Execution{r}, "an earlier step of this member did not succeed", now)
 				if err != nil {
 					return err
 				}
 				fx.cancel = append(fx.cancel, jobs...)
 			}
-			blocked = blocked || (r.terminal() && r.Status != runbook.StepSucceeded)
+			blocked = blocked || (r.Terminal() && r.Status != runbook.StepSucceeded)
 		}
 	}
 	// The barrier: the lowest index with work not ended.
 	barrier := -1
 	for _, r := range steps {
-		if !r.terminal() && (barrier < 0 || r.StepIndex < barrier) {
+		if !r.Terminal() && (barrier < 0 || r.StepIndex < barrier) {
 			barrier = r.StepIndex
 		}
 	}
@@ -150,7 +133,7 @@ func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *ba
 		return nil
 	}
 	for _, r := range rollbacks {
-		if !r.terminal() {
+		if !r.Terminal() {
 			return nil // the phase ends when its rollbacks have
 		}
 	}
@@ -160,7 +143,7 @@ func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *ba
 			status = runbook.PhaseFailed
 		}
 	}
-	if _, err := tx.SQL().Exec(ctx, `UPDATE phase_executions SET status = $2, completed_at = $3 WHERE id = $1`, p.ID, status, now); err != nil {
+	if err := x.rows(tx).EndPhase(ctx, p.ID, status, now); err != nil {
 		return err
 	}
 	x.log.InfoContext(ctx, "runbook phase "+status, "batch_id", b.ID, "phase", p.Name, "steps", len(steps))
@@ -169,14 +152,11 @@ func (x *runbookExecutor) advancePhase(ctx context.Context, tx *ledger.Tx, b *ba
 
 // checkBatch ends an active batch when every phase of its governing version
 // has ended: completed, or failed when a phase failed.
-func (x *runbookExecutor) checkBatch(ctx context.Context, tx *ledger.Tx, b *batchRow, now time.Time) error {
+func (x *runbookExecutor) checkBatch(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, now time.Time) error {
 	if b.Status != runbook.BatchActive {
 		return nil
 	}
-	var open, failed int
-	err := tx.SQL().QueryRow(ctx, `SELECT count(*) FILTER (WHERE status IN ('pending', 'dispatched')),
-		count(*) FILTER (WHERE status = 'failed') FROM phase_executions WHERE batch_id = $1 AND runbook_version = $2`,
-		b.ID, b.Version).Scan(&open, &failed)
+	open, failed, err := x.rows(tx).PhasesLeft(ctx, b)
 	if err != nil || open > 0 {
 		return err
 	}
@@ -185,20 +165,20 @@ func (x *runbookExecutor) checkBatch(ctx context.Context, tx *ledger.Tx, b *batc
 		status = runbook.BatchFailed
 	}
 	x.log.InfoContext(ctx, "runbook batch "+status, "batch_id", b.ID, "runbook", b.Name)
-	return setBatchStatus(ctx, tx, b, status, now)
+	return x.rows(tx).SetBatchStatus(ctx, b, status, now)
 }
 
 // failExec ends a row as failed for a reason of the executor's own (not a
 // worker's answer) and lets its protocol go on.
-func (x *runbookExecutor) failExec(ctx context.Context, tx *ledger.Tx, b *batchRow, r *execRow, why string, fx *effects, now time.Time) error {
-	if err := finishExec(ctx, tx, r, runbook.StepFailed, nil, why, now); err != nil {
+func (x *runbookExecutor) failExec(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, r *runbook.Execution, why string, fx *effects, now time.Time) error {
+	if err := x.rows(tx).Finish(ctx, r, runbook.StepFailed, nil, why, now); err != nil {
 		return err
 	}
 	return x.afterExec(ctx, tx, b, r, fx, now)
 }
 
 // afterExec moves on after a row ended (or started polling).
-func (x *runbookExecutor) afterExec(ctx context.Context, tx *ledger.Tx, b *batchRow, r *execRow, fx *effects, now time.Time) error {
+func (x *runbookExecutor) afterExec(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, r *runbook.Execution, fx *effects, now time.Time) error {
 	switch r.Kind {
 	case "init":
 		return x.advanceInit(ctx, tx, b, fx, now)
@@ -216,15 +196,14 @@ func (x *runbookExecutor) afterExec(ctx context.Context, tx *ledger.Tx, b *batch
 }
 
 // startRollback creates and starts the rollback a failed phase step names.
-func (x *runbookExecutor) startRollback(ctx context.Context, tx *ledger.Tx, b *batchRow, failed *execRow, fx *effects, now time.Time) error {
+func (x *runbookExecutor) startRollback(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, failed *runbook.Execution, fx *effects, now time.Time) error {
 	if failed.OnFailure == "" {
 		return nil
 	}
-	var exists bool
-	if err := tx.SQL().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM step_executions WHERE parent_id = $1)`, failed.ID).Scan(&exists); err != nil || exists {
+	if exists, err := x.rows(tx).HasRollback(ctx, failed.ID); err != nil || exists {
 		return err
 	}
-	p, err := lockPhase(ctx, tx, failed.PhaseID)
+	p, err := x.rows(tx).LockPhase(ctx, failed.PhaseID)
 	if err != nil {
 		return err
 	}
@@ -233,11 +212,11 @@ func (x *runbookExecutor) startRollback(ctx context.Context, tx *ledger.Tx, b *b
 		return err
 	}
 	steps := rb.Rollbacks[failed.OnFailure]
-	vars, err := x.memberVars(ctx, tx, b, failed.MemberID, p.Version, false)
+	vars, err := x.rows(tx).MemberVars(ctx, b, failed.MemberID, p.Version, false)
 	if err != nil {
 		return err
 	}
-	if err := insertSteps(ctx, tx, failed.PhaseID, failed.MemberID, runbook.KindRollback, failed.ID, steps, vars); err != nil {
+	if err := x.rows(tx).InsertSteps(ctx, failed.PhaseID, failed.MemberID, runbook.KindRollback, failed.ID, steps, vars); err != nil {
 		return err
 	}
 	x.log.InfoContext(ctx, "runbook rollback started", "batch_id", b.ID, "step", failed.StepName, "rollback", failed.OnFailure)
@@ -246,12 +225,12 @@ func (x *runbookExecutor) startRollback(ctx context.Context, tx *ledger.Tx, b *b
 
 // advanceRollback runs a rollback's steps in order; when all succeeded the
 // failed step is rolled_back; when one failed it stays failed and says so.
-func (x *runbookExecutor) advanceRollback(ctx context.Context, tx *ledger.Tx, b *batchRow, parentID int64, fx *effects, now time.Time) error {
-	rows, err := execs(ctx, tx, runbook.TableSteps, stepSelect+` WHERE s.parent_id = $1 ORDER BY s.step_index`, parentID)
+func (x *runbookExecutor) advanceRollback(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, parentID int64, fx *effects, now time.Time) error {
+	rows, err := x.rows(tx).RollbackSteps(ctx, parentID)
 	if err != nil {
 		return err
 	}
-	parent, err := execByID(ctx, tx, runbook.TableSteps, parentID)
+	parent, err := x.rows(tx).ByID(ctx, runbook.TableSteps, parentID)
 	if err != nil {
 		return err
 	}
@@ -261,24 +240,21 @@ func (x *runbookExecutor) advanceRollback(ctx context.Context, tx *ledger.Tx, b 
 	}
 	for _, r := range rows {
 		if r.Status != runbook.StepSucceeded {
-			_, err := tx.SQL().Exec(ctx, `UPDATE step_executions SET error_message = coalesce(error_message, '') || $2 WHERE id = $1`,
-				parentID, fmt.Sprintf("; rollback step %s ended %s", r.StepName, r.Status))
-			if err != nil {
+			if err := x.rows(tx).NoteRollbackEnd(ctx, parentID, fmt.Sprintf("; rollback step %s ended %s", r.StepName, r.Status)); err != nil {
 				return err
 			}
 			return x.advancePhase(ctx, tx, b, parent.PhaseID, fx, now)
 		}
 	}
-	if _, err := tx.SQL().Exec(ctx, `UPDATE step_executions SET status = 'rolled_back' WHERE id = $1 AND status IN ('failed', 'poll_timeout')`,
-		parentID); err != nil {
+	if err := x.rows(tx).RolledBack(ctx, parentID); err != nil {
 		return err
 	}
 	return x.advancePhase(ctx, tx, b, parent.PhaseID, fx, now)
 }
 
 // advanceRemoval runs a removed member's on_member_removed steps in order.
-func (x *runbookExecutor) advanceRemoval(ctx context.Context, tx *ledger.Tx, b *batchRow, memberID int64, fx *effects, now time.Time) error {
-	rows, err := execs(ctx, tx, runbook.TableSteps, stepSelect+` WHERE s.batch_member_id = $1 AND s.kind = 'removal' ORDER BY s.id`, memberID)
+func (x *runbookExecutor) advanceRemoval(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, memberID int64, fx *effects, now time.Time) error {
+	rows, err := x.rows(tx).RemovalSteps(ctx, memberID)
 	if err != nil {
 		return err
 	}
@@ -289,7 +265,7 @@ func (x *runbookExecutor) advanceRemoval(ctx context.Context, tx *ledger.Tx, b *
 // runInOrder starts the first pending row once the ones before it
 // succeeded; after a row that did not succeed, the rest are cancelled. It
 // reports whether every row has ended.
-func (x *runbookExecutor) runInOrder(ctx context.Context, tx *ledger.Tx, b *batchRow, rows []*execRow, fx *effects, now time.Time) (bool, error) {
+func (x *runbookExecutor) runInOrder(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, rows []*runbook.Execution, fx *effects, now time.Time) (bool, error) {
 	for i, r := range rows {
 		switch r.Status {
 		case runbook.StepSucceeded:
@@ -307,7 +283,7 @@ func (x *runbookExecutor) runInOrder(ctx context.Context, tx *ledger.Tx, b *batc
 			}
 			return false, x.dispatchExec(ctx, tx, b, r, step, now)
 		default:
-			jobs, err := cancelExecs(ctx, tx, rows[i+1:], "an earlier step did not succeed", now)
+			jobs, err := x.rows(tx).Cancel(ctx, rows[i+1:], "an earlier step did not succeed", now)
 			fx.cancel = append(fx.cancel, jobs...)
 			return true, err
 		}
@@ -315,81 +291,17 @@ func (x *runbookExecutor) runInOrder(ctx context.Context, tx *ledger.Tx, b *batc
 	return true, nil
 }
 
-// memberVars are a member's template variables from the given version's
-// member table (lastKnown: whether or not the source still returns it).
-func (x *runbookExecutor) memberVars(ctx context.Context, tx *ledger.Tx, b *batchRow, memberID int64, version int, lastKnown bool) (map[string]string, error) {
-	var key string
-	if err := tx.SQL().QueryRow(ctx, `SELECT member_key FROM batch_members WHERE id = $1`, memberID).Scan(&key); err != nil {
-		return nil, err
-	}
-	table := runbook.DataTableName(b.Name, version)
-	read := x.runbooks.Member
-	if lastKnown {
-		read = x.runbooks.LastKnownMember
-	}
-	m, err := read(ctx, tx.SQL(), table, key)
-	if err != nil {
-		return nil, err
-	}
-	return runbook.MemberVars(m, b.ID, b.Start), nil
-}
-
-// insertSteps creates pending step executions of a member from step
-// definitions; a step whose params cannot render is created failed, with why.
-func insertSteps(ctx context.Context, tx *ledger.Tx, phaseID, memberID int64, kind string, parentID int64, steps []runbook.Step, vars map[string]string) error {
-	for i, s := range steps {
-		status, errMsg := runbook.StepPending, ""
-		params, err := s.Params.Render(vars)
-		if err != nil {
-			status, errMsg, params = runbook.StepFailed, "params: "+err.Error(), map[string]any{}
-		}
-		raw, err := json.Marshal(params)
-		if err != nil {
-			return err
-		}
-		var interval, timeout *int
-		if s.IsPollStep {
-			interval, timeout = &s.PollIntervalSec, &s.PollTimeoutSec
-		}
-		_, err = tx.SQL().Exec(ctx, `INSERT INTO step_executions (phase_execution_id, batch_member_id, kind, parent_id, step_name,
-			step_index, worker_id, function_name, params_json, status, error_message, is_poll_step, poll_interval_sec,
-			poll_timeout_sec, on_failure) VALUES (nullif($1, 0), $2, $3, nullif($4, 0), $5, $6, $7, $8, $9, $10, nullif($11, ''),
-			$12, $13, $14, $15)`, phaseID, memberID, kind, parentID, s.Name, i, s.WorkerID, s.Function, raw, status, errMsg,
-			s.IsPollStep, interval, timeout, s.OnFailure)
-		if err != nil {
-			return fmt.Errorf("insert %s step %s: %w", kind, s.Name, err)
-		}
-	}
-	return nil
-}
-
 // catchUp gives a member added to a running batch the steps of the phases
 // already due (dispatched, completed, or failed for other members), and runs
 // them (seed 003 member catch-up); the phase is open again until it caught up.
-func (x *runbookExecutor) catchUp(ctx context.Context, tx *ledger.Tx, b *batchRow, memberID int64, fx *effects, now time.Time) error {
-	rows, err := tx.SQL().Query(ctx, `SELECT id, phase_name, runbook_version, status FROM phase_executions
-		WHERE batch_id = $1 AND runbook_version = $2 AND status IN ('dispatched', 'completed', 'failed') ORDER BY due_at, id`,
-		b.ID, b.Version)
+func (x *runbookExecutor) catchUp(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, memberID int64, fx *effects, now time.Time) error {
+	phases, err := x.rows(tx).PhasesDue(ctx, b)
 	if err != nil {
 		return err
 	}
-	var phases []phaseRow
-	for rows.Next() {
-		var p phaseRow
-		if err := rows.Scan(&p.ID, &p.Name, &p.Version, &p.Status); err != nil {
-			rows.Close()
-			return err
-		}
-		phases = append(phases, p)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
 	for _, p := range phases {
-		var live bool
-		if err := tx.SQL().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM step_executions WHERE phase_execution_id = $1
-			AND batch_member_id = $2 AND kind = 'phase' AND status <> 'cancelled')`, p.ID, memberID).Scan(&live); err != nil {
+		live, err := x.rows(tx).HasPhaseStep(ctx, p.ID, memberID)
+		if err != nil {
 			return err
 		}
 		if live {
@@ -403,19 +315,19 @@ func (x *runbookExecutor) catchUp(ctx context.Context, tx *ledger.Tx, b *batchRo
 		if !ok {
 			continue
 		}
-		vars, err := x.memberVars(ctx, tx, b, memberID, p.Version, false)
+		vars, err := x.rows(tx).MemberVars(ctx, b, memberID, p.Version, false)
 		if errors.Is(err, runbook.ErrNotFound) {
 			continue // no longer current: its removal follows
 		}
 		if err != nil {
 			return err
 		}
-		if err := insertSteps(ctx, tx, p.ID, memberID, runbook.KindPhase, 0, phase.Steps, vars); err != nil {
+		if err := x.rows(tx).InsertSteps(ctx, p.ID, memberID, runbook.KindPhase, 0, phase.Steps, vars); err != nil {
 			return err
 		}
 		if p.Status != runbook.PhaseDispatched {
 			// Work to do again: the phase ends once the newcomer caught up.
-			if _, err := tx.SQL().Exec(ctx, `UPDATE phase_executions SET status = 'dispatched', completed_at = NULL WHERE id = $1`, p.ID); err != nil {
+			if err := x.rows(tx).ReopenPhase(ctx, p.ID); err != nil {
 				return err
 			}
 		}
@@ -429,31 +341,31 @@ func (x *runbookExecutor) catchUp(ctx context.Context, tx *ledger.Tx, b *batchRo
 
 // removeMember cancels a removed member's unfinished work and runs the
 // runbook's on_member_removed steps for it; phases it blocked move on.
-func (x *runbookExecutor) removeMember(ctx context.Context, tx *ledger.Tx, b *batchRow, memberID int64, fx *effects, now time.Time) error {
-	rows, err := execs(ctx, tx, runbook.TableSteps, stepSelect+` WHERE s.batch_member_id = $1 AND s.kind <> 'removal' ORDER BY s.id`, memberID)
+func (x *runbookExecutor) removeMember(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, memberID int64, fx *effects, now time.Time) error {
+	rows, err := x.rows(tx).MemberWork(ctx, memberID)
 	if err != nil {
 		return err
 	}
-	jobs, err := cancelExecs(ctx, tx, rows, "member removed from the batch", now)
+	jobs, err := x.rows(tx).Cancel(ctx, rows, "member removed from the batch", now)
 	if err != nil {
 		return err
 	}
 	fx.cancel = append(fx.cancel, jobs...)
-	var removals int
-	if err := tx.SQL().QueryRow(ctx, `SELECT count(*) FROM step_executions WHERE batch_member_id = $1 AND kind = 'removal'`, memberID).Scan(&removals); err != nil {
+	started, err := x.rows(tx).RemovalStarted(ctx, memberID)
+	if err != nil {
 		return err
 	}
-	if removals == 0 {
+	if !started {
 		rb, err := x.definition(ctx, b.Name, b.Version)
 		if err != nil {
 			return err
 		}
 		if len(rb.OnMemberRemoved) > 0 {
-			vars, err := x.memberVars(ctx, tx, b, memberID, b.Version, true)
+			vars, err := x.rows(tx).MemberVars(ctx, b, memberID, b.Version, true)
 			if err != nil {
 				return err
 			}
-			if err := insertSteps(ctx, tx, 0, memberID, runbook.KindRemoval, 0, rb.OnMemberRemoved, vars); err != nil {
+			if err := x.rows(tx).InsertSteps(ctx, 0, memberID, runbook.KindRemoval, 0, rb.OnMemberRemoved, vars); err != nil {
 				return err
 			}
 		}

@@ -48,7 +48,7 @@ type runbookExecutor struct {
 	defs map[string]*runbook.Runbook // name@version; versions are immutable
 }
 
-func newRunbookExecutor(store *ledger.Store, eng *engine.Engine, workflows *registry.Registry, r bus.Receiver,
+func newRunbookExecutor(store *ledger.Store, runbooks *runbook.Store, eng *engine.Engine, workflows *registry.Registry, r bus.Receiver,
 	now func() time.Time, log *slog.Logger) (*runbookExecutor, error) {
 	meter := otel.Meter("lucius/orchestrator")
 	handled, err := meter.Int64Counter("lucius_runbook_events_total",
@@ -64,7 +64,7 @@ func newRunbookExecutor(store *ledger.Store, eng *engine.Engine, workflows *regi
 	if now == nil {
 		now = time.Now
 	}
-	return &runbookExecutor{store: store, runbooks: runbook.NewStore(store.Pool()), engine: eng, workflows: workflows,
+	return &runbookExecutor{store: store, runbooks: runbooks, engine: eng, workflows: workflows,
 		receiver: r, now: now, log: log, handled: handled, dispatched: dispatched, defs: map[string]*runbook.Runbook{}}, nil
 }
 
@@ -142,23 +142,23 @@ func (x *runbookExecutor) handle(ctx context.Context, typ string, body []byte) e
 	}
 	switch typ {
 	case runbook.EventBatchInit:
-		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
+		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
 			return x.advanceInit(ctx, tx, b, fx, now)
 		})
 	case runbook.EventPhaseDue:
-		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
+		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
 			return x.advancePhase(ctx, tx, b, ev.PhaseExecutionID, fx, now)
 		})
 	case runbook.EventMemberAdded:
-		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
-			if !x.memberActive(ctx, tx, ev.BatchMemberID) || b.Status == runbook.BatchCompleted || b.Status == runbook.BatchFailed {
+		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
+			if !x.rows(tx).MemberActive(ctx, ev.BatchMemberID) || b.Status == runbook.BatchCompleted || b.Status == runbook.BatchFailed {
 				return nil // removed again meanwhile, or the batch is over
 			}
 			return x.catchUp(ctx, tx, b, ev.BatchMemberID, fx, now)
 		})
 	case runbook.EventMemberRemoved:
-		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
-			if x.memberActive(ctx, tx, ev.BatchMemberID) {
+		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
+			if x.rows(tx).MemberActive(ctx, ev.BatchMemberID) {
 				return nil // added back meanwhile
 			}
 			return x.removeMember(ctx, tx, b, ev.BatchMemberID, fx, now)
@@ -168,26 +168,23 @@ func (x *runbookExecutor) handle(ctx context.Context, typ string, body []byte) e
 		if ev.InitExecutionID != 0 {
 			table, id = runbook.TableInit, ev.InitExecutionID
 		}
-		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
+		return x.inBatch(ctx, ev.BatchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
 			return x.pollCheck(ctx, tx, b, table, id, ev.PollCount, fx, now)
 		})
 	}
 	return fmt.Errorf("%w: unknown message type %q", errPoison, typ)
 }
 
-func (x *runbookExecutor) memberActive(ctx context.Context, tx *ledger.Tx, id int64) bool {
-	var status string
-	err := tx.SQL().QueryRow(ctx, `SELECT status FROM batch_members WHERE id = $1`, id).Scan(&status)
-	return err == nil && status == runbook.MemberActive
-}
+// rows are the runbook executions as seen by tx.
+func (x *runbookExecutor) rows(tx *ledger.Tx) *runbook.Executions { return x.runbooks.InLedgerTx(tx) }
 
 // inBatch runs fn in one ledger transaction under the batch's lock, then the
 // engine calls fn asked for.
-func (x *runbookExecutor) inBatch(ctx context.Context, batchID int64, fn func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error) error {
+func (x *runbookExecutor) inBatch(ctx context.Context, batchID int64, fn func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error) error {
 	var fx effects
 	err := x.store.InTx(ctx, func(tx *ledger.Tx) error {
 		fx = effects{}
-		b, err := lockBatch(ctx, tx, batchID)
+		b, err := x.rows(tx).LockBatch(ctx, batchID)
 		if errors.Is(err, runbook.ErrNotFound) {
 			x.log.WarnContext(ctx, "runbook event for an unknown batch; dropped", "batch_id", batchID)
 			return nil
@@ -225,7 +222,7 @@ func (x *runbookExecutor) apply(ctx context.Context, fx effects) {
 func (x *runbookExecutor) jobUpdate(ctx context.Context, u engine.JobUpdate) error {
 	var batchID int64
 	err := x.store.InTx(ctx, func(tx *ledger.Tx) error {
-		r, err := execByJob(ctx, tx, u.JobID)
+		r, err := x.rows(tx).ByJob(ctx, u.JobID)
 		if err == nil {
 			batchID = r.BatchID
 		}
@@ -237,9 +234,9 @@ func (x *runbookExecutor) jobUpdate(ctx context.Context, u engine.JobUpdate) err
 	if err != nil {
 		return err
 	}
-	return x.inBatch(ctx, batchID, func(tx *ledger.Tx, b *batchRow, fx *effects, now time.Time) error {
-		r, err := execByJob(ctx, tx, u.JobID)
-		if err != nil || r.terminal() {
+	return x.inBatch(ctx, batchID, func(tx *ledger.Tx, b *runbook.LockedBatch, fx *effects, now time.Time) error {
+		r, err := x.rows(tx).ByJob(ctx, u.JobID)
+		if err != nil || r.Terminal() {
 			return err // already settled (a repeated update, or cancelled by us)
 		}
 		log := x.log.With("batch_id", b.ID, "step", r.StepName, "execution_id", r.ID, telemetry.JobID(u.JobID))
@@ -247,20 +244,20 @@ func (x *runbookExecutor) jobUpdate(ctx context.Context, u engine.JobUpdate) err
 		case u.StepStatus == string(ledger.StepPolling) && !ledger.JobStatus(u.Status).Terminal():
 			if !r.IsPoll {
 				fx.cancel = append(fx.cancel, u.JobID)
-				if err := finishExec(ctx, tx, r, runbook.StepFailed, u.Output, "the worker answered POLLING for a step that is not a poll step", now); err != nil {
+				if err := x.rows(tx).Finish(ctx, r, runbook.StepFailed, u.Output, "the worker answered POLLING for a step that is not a poll step", now); err != nil {
 					return err
 				}
 				break
 			}
 			log.DebugContext(ctx, "runbook step polling")
-			return pollingExec(ctx, tx, r, u.Output, now)
+			return x.rows(tx).Polling(ctx, r, u.Output, now)
 		case u.Status == string(ledger.JobSucceeded):
-			if err := finishExec(ctx, tx, r, runbook.StepSucceeded, u.Output, "", now); err != nil {
+			if err := x.rows(tx).Finish(ctx, r, runbook.StepSucceeded, u.Output, "", now); err != nil {
 				return err
 			}
 		case ledger.JobStatus(u.Status).Terminal():
 			log.InfoContext(ctx, "runbook step failed", "job_status", u.Status, "reason", u.Reason)
-			if err := finishExec(ctx, tx, r, runbook.StepFailed, u.Output, firstNonEmpty(u.Reason, "job "+u.Status), now); err != nil {
+			if err := x.rows(tx).Finish(ctx, r, runbook.StepFailed, u.Output, firstNonEmpty(u.Reason, "job "+u.Status), now); err != nil {
 				return err
 			}
 		default:
@@ -273,9 +270,9 @@ func (x *runbookExecutor) jobUpdate(ctx context.Context, u engine.JobUpdate) err
 // pollCheck is the polling protocol: a step polled past its timeout ends
 // poll_timeout (a failure: rollback if it has one); otherwise it is
 // dispatched again.
-func (x *runbookExecutor) pollCheck(ctx context.Context, tx *ledger.Tx, b *batchRow, table string, id int64, pollCount int,
+func (x *runbookExecutor) pollCheck(ctx context.Context, tx *ledger.Tx, b *runbook.LockedBatch, table string, id int64, pollCount int,
 	fx *effects, now time.Time) error {
-	r, err := execByID(ctx, tx, table, id)
+	r, err := x.rows(tx).ByID(ctx, table, id)
 	if errors.Is(err, runbook.ErrNotFound) {
 		return nil
 	}
@@ -285,14 +282,13 @@ func (x *runbookExecutor) pollCheck(ctx context.Context, tx *ledger.Tx, b *batch
 	if !r.PollStarted.IsZero() && now.After(r.PollStarted.Add(time.Duration(r.PollTimeout)*time.Second)) {
 		x.log.WarnContext(ctx, "runbook step poll timeout", "batch_id", b.ID, "step", r.StepName, "poll_count", r.PollCount)
 		fx.cancel = append(fx.cancel, r.JobID)
-		if err := finishExec(ctx, tx, r, runbook.StepPollTimeout, nil,
+		if err := x.rows(tx).Finish(ctx, r, runbook.StepPollTimeout, nil,
 			fmt.Sprintf("still in progress after the poll timeout of %ds", r.PollTimeout), now); err != nil {
 			return err
 		}
 		return x.afterExec(ctx, tx, b, r, fx, now)
 	}
-	if _, err := tx.SQL().Exec(ctx, `UPDATE `+tableName(table)+` SET last_polled_at = $2, poll_count = greatest(poll_count + 1, $3)
-		WHERE id = $1`, r.ID, now, pollCount); err != nil {
+	if err := x.rows(tx).Polled(ctx, r, pollCount, now); err != nil {
 		return err
 	}
 	fx.repoll = append(fx.repoll, r.JobID)

@@ -87,7 +87,7 @@ func setupExecutor(t *testing.T) *execFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.x, err = newRunbookExecutor(store, eng, reg, nil, f.clock, slog.New(slog.DiscardHandler))
+	f.x, err = newRunbookExecutor(store, runbook.NewStore(pool), eng, reg, nil, f.clock, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func (f *execFixture) phaseDue(name string) int64 {
 	phase, _ := rb.Phase(name)
 	pid := f.id(`UPDATE phase_executions SET status = 'dispatched', dispatched_at = $2 WHERE batch_id = $1 AND phase_name = $3 RETURNING id`,
 		f.batch, f.clock(), name)
-	b := &batchRow{ID: f.batch, Name: "exec-test", Start: f.start, Version: 1}
+	b := &runbook.LockedBatch{ID: f.batch, Name: "exec-test", Start: f.start, Version: 1}
 	err = f.store.InTx(f.ctx, func(tx *ledger.Tx) error {
 		rows, err := tx.SQL().Query(f.ctx, `SELECT id FROM batch_members WHERE batch_id = $1 AND status = 'active' ORDER BY id`, f.batch)
 		if err != nil {
@@ -215,11 +215,11 @@ func (f *execFixture) phaseDue(name string) int64 {
 		}
 		rows.Close()
 		for _, id := range ids {
-			vars, err := f.x.memberVars(f.ctx, tx, b, id, 1, false)
+			vars, err := f.x.rows(tx).MemberVars(f.ctx, b, id, 1, false)
 			if err != nil {
 				return err
 			}
-			if err := insertSteps(f.ctx, tx, pid, id, runbook.KindPhase, 0, phase.Steps, vars); err != nil {
+			if err := f.x.rows(tx).InsertSteps(f.ctx, pid, id, runbook.KindPhase, 0, phase.Steps, vars); err != nil {
 				return err
 			}
 		}

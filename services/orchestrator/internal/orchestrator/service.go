@@ -186,7 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ep.Close()
 		return err
 	}
-	executor, err := newRunbookExecutor(store, eng, workflows, events, cfg.Now, log)
+	executor, err := newRunbookExecutor(store, runbook.NewStore(pool), eng, workflows, events, cfg.Now, log)
 	if err != nil {
 		ep.Close()
 		return err
