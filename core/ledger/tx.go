@@ -90,6 +90,17 @@ func (t *Tx) AfterCommit(f func()) { t.committed = append(t.committed, f) }
 // Enqueue records messages to publish, written when the transaction commits.
 func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }
 
+// InOutbox returns the message ids among ids that the outbox holds already
+// (sent or not): a producer that decides a message twice leaves it out
+// instead of failing its commit on the unique message id.
+func (t *Tx) InOutbox(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := t.tx.Query(ctx, sqlOutboxIDs, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox ids: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // waiting names who sends the enqueued messages, for the notification.
 func (t *Tx) waiting() []string {
 	var publish, callbacks bool

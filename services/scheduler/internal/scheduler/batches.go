@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lucius-platform/lucius/core/runbook"
 )
 
@@ -24,13 +22,7 @@ func (s *Scheduler) detect(ctx context.Context, now time.Time, sr *runbook.Store
 	if len(times) == 0 {
 		return nil
 	}
-	rows, err := s.store.Pool().Query(ctx, sqlKnownBatchTimes, sr.Runbook.Name, times)
-	if err != nil {
-		err = fmt.Errorf("batches of %s: %w", sr.Runbook.Name, err)
-		s.failed(ctx, stageDetect, err, runbookAttrs(sr)...)
-		return err
-	}
-	known, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	known, err := s.runbooks.KnownBatchTimes(ctx, sr.Runbook.Name, times)
 	if err != nil {
 		err = fmt.Errorf("batches of %s: %w", sr.Runbook.Name, err)
 		s.failed(ctx, stageDetect, err, runbookAttrs(sr)...)
@@ -65,11 +57,11 @@ func (s *Scheduler) detect(ctx context.Context, now time.Time, sr *runbook.Store
 // init_dispatched); without init steps the batch is active at once.
 func (s *Scheduler) detectBatch(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, start time.Time) error {
 	rb := sr.Runbook
-	return s.inTx(ctx, "detect batch", func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "detect batch", func(ctx context.Context, q *runbook.Schedule, em *emitter) error {
 		if active, err := lockActiveVersion(ctx, q, sr.ID); err != nil || !active {
 			return err
 		}
-		members, err := s.runbooks.CurrentMembers(ctx, q, sr.DataTable, start)
+		members, err := q.CurrentMembers(ctx, sr.DataTable, start)
 		if err != nil || len(members) == 0 {
 			return err // none: the members left since the batch times were read
 		}
@@ -77,24 +69,20 @@ func (s *Scheduler) detectBatch(ctx context.Context, now time.Time, sr *runbook.
 		if len(rb.Init) > 0 {
 			status, initAt = runbook.BatchInitDispatched, &now
 		}
-		var batchID int64
-		err = q.QueryRow(ctx, sqlInsertBatch, sr.ID, rb.Name, start, status, now, initAt).Scan(&batchID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another scheduler detected it
-		}
-		if err != nil {
-			return fmt.Errorf("insert batch: %w", err)
-		}
 		keys := make([]string, len(members))
 		for i, m := range members {
 			keys[i] = m.Key
 		}
-		if _, err := q.Exec(ctx, sqlInsertBatchMembers, batchID, keys, now); err != nil {
-			return fmt.Errorf("insert members: %w", err)
+		batchID, inserted, err := q.InsertBatch(ctx, runbook.NewBatch{RunbookID: sr.ID, Name: rb.Name, Start: start,
+			Status: status, Members: keys, InitAt: initAt}, now)
+		if err != nil {
+			return fmt.Errorf("insert batch: %w", err)
+		}
+		if !inserted {
+			return nil // another scheduler detected it
 		}
 		for _, ph := range rb.Phases {
-			if _, err := q.Exec(ctx, sqlInsertPhase, batchID, ph.Name, ph.OffsetMinutes, dueAt(start, ph.OffsetMinutes),
-				rb.Version, runbook.PhasePending); err != nil {
+			if err := q.InsertPhase(ctx, batchID, ph, dueAt(start, ph.OffsetMinutes), rb.Version, runbook.PhasePending); err != nil {
 				return fmt.Errorf("phase %s: %w", ph.Name, err)
 			}
 		}
@@ -119,7 +107,7 @@ func (s *Scheduler) detectBatch(ctx context.Context, now time.Time, sr *runbook.
 // insertInit creates the init executions of a version for a batch (pending,
 // params rendered with the batch variables) unless they exist, and returns
 // how many it created.
-func insertInit(ctx context.Context, q pgx.Tx, rb *runbook.Runbook, batchID int64, start, now time.Time) (int, error) {
+func insertInit(ctx context.Context, q *runbook.Schedule, rb *runbook.Runbook, batchID int64, start, now time.Time) (int, error) {
 	vars := runbook.BatchVars(batchID, start)
 	created := 0
 	for i, step := range rb.Init {
@@ -133,23 +121,13 @@ func insertInit(ctx context.Context, q pgx.Tx, rb *runbook.Runbook, batchID int6
 		if err != nil {
 			return 0, fmt.Errorf("init step %s: %w", step.Name, err)
 		}
-		interval, timeout := pollSettings(step)
-		tag, err := q.Exec(ctx, sqlInsertInit, batchID, step.Name, i, rb.Version, step.WorkerID, step.Function,
-			string(body), step.IsPollStep, interval, timeout, now)
+		inserted, err := q.InsertInit(ctx, batchID, rb.Version, i, step, body, now)
 		if err != nil {
 			return 0, fmt.Errorf("init step %s: %w", step.Name, err)
 		}
-		created += int(tag.RowsAffected())
+		if inserted {
+			created++
+		}
 	}
 	return created, nil
-}
-
-// pollSettings are a step's poll_interval_sec and poll_timeout_sec: NULL
-// unless it is a poll step.
-func pollSettings(s runbook.Step) (interval, timeout *int) {
-	if !s.IsPollStep {
-		return nil, nil
-	}
-	i, t := s.PollIntervalSec, s.PollTimeoutSec
-	return &i, &t
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 
 	"github.com/lucius-platform/lucius/bus"
@@ -105,11 +104,7 @@ func (e *emitter) enqueue(ctx context.Context, tx *ledger.Tx) error {
 	for i, o := range e.out {
 		ids[i] = o.msg.MessageID
 	}
-	rows, err := tx.SQL().Query(ctx, sqlOutboxIDs, ids)
-	if err != nil {
-		return fmt.Errorf("check outbox: %w", err)
-	}
-	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	existing, err := tx.InOutbox(ctx, ids)
 	if err != nil {
 		return fmt.Errorf("check outbox: %w", err)
 	}

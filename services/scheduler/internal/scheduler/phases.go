@@ -8,15 +8,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lucius-platform/lucius/core/runbook"
 )
 
 // phases dispatches the due phases of the version's active batches, at most
 // Batch phases per tick, a transaction per batch.
 func (s *Scheduler) phases(ctx context.Context, now time.Time, sr *runbook.StoredRunbook) error {
-	ids, err := collectIDs(s.store.Pool().Query(ctx, sqlDueBatches, now, sr.ID, sr.Runbook.Version, s.batch))
+	ids, err := s.runbooks.DueBatches(ctx, now, sr.ID, sr.Runbook.Version, s.batch)
 	if err != nil {
 		err = fmt.Errorf("find due phases of %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
 		s.failed(ctx, stagePhases, err, runbookAttrs(sr)...)
@@ -39,14 +37,6 @@ func (s *Scheduler) phases(ctx context.Context, now time.Time, sr *runbook.Store
 	return errors.Join(errs...)
 }
 
-// duePhase is a claimed phase_executions row.
-type duePhase struct {
-	id            int64
-	name          string
-	offsetMinutes int
-	dueAt         time.Time
-}
-
 // dispatchPhases claims the due phases of one batch (at most limit) and, for
 // each, pre-creates the step executions of every active member with params
 // rendered from the member's data, marks the phase dispatched and emits
@@ -56,35 +46,21 @@ type duePhase struct {
 func (s *Scheduler) dispatchPhases(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64, limit int) (int, error) {
 	rb := sr.Runbook
 	dispatched := 0
-	err := s.inTx(ctx, "dispatch phases", func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	err := s.inTx(ctx, "dispatch phases", func(ctx context.Context, q *runbook.Schedule, em *emitter) error {
 		dispatched = 0
-		var start time.Time
-		err := q.QueryRow(ctx, sqlLockLiveBatch, batchID, sr.ID, []string{runbook.BatchActive}).Scan(&start)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another scheduler holds it, or it is no longer active
+		start, locked, err := q.LockLiveBatch(ctx, batchID, sr.ID, []string{runbook.BatchActive})
+		if err != nil || !locked {
+			return err // not locked: another scheduler holds it, or it is no longer active
 		}
-		if err != nil {
-			return err
-		}
-		start = start.UTC()
-		rows, err := q.Query(ctx, sqlClaimPhases, batchID, rb.Version, now, limit)
-		if err != nil {
-			return err
-		}
-		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (duePhase, error) {
-			var p duePhase
-			err := r.Scan(&p.id, &p.name, &p.offsetMinutes, &p.dueAt)
-			p.dueAt = p.dueAt.UTC()
-			return p, err
-		})
+		due, err := q.ClaimPhases(ctx, batchID, rb.Version, now, limit)
 		if err != nil || len(due) == 0 {
 			return err
 		}
-		members, err := activeMembers(ctx, q, batchID)
+		members, err := q.ActiveMembers(ctx, batchID)
 		if err != nil {
 			return err
 		}
-		current, err := s.runbooks.CurrentMembers(ctx, q, sr.DataTable, start)
+		current, err := q.CurrentMembers(ctx, sr.DataTable, start)
 		if err != nil {
 			return err
 		}
@@ -93,12 +69,12 @@ func (s *Scheduler) dispatchPhases(ctx context.Context, now time.Time, sr *runbo
 			data[m.Key] = m
 		}
 		for _, p := range due {
-			def, ok := rb.Phase(p.name)
+			def, ok := rb.Phase(p.Name)
 			if !ok {
-				return fmt.Errorf("phase execution %d: phase %q is not in %s v%d", p.id, p.name, rb.Name, rb.Version)
+				return fmt.Errorf("phase execution %d: phase %q is not in %s v%d", p.ID, p.Name, rb.Name, rb.Version)
 			}
 			if err := s.dispatchPhase(ctx, q, em, now, sr, batchID, start, p, def, members, data); err != nil {
-				return fmt.Errorf("phase %s: %w", p.name, err)
+				return fmt.Errorf("phase %s: %w", p.Name, err)
 			}
 			dispatched++
 		}
@@ -110,13 +86,13 @@ func (s *Scheduler) dispatchPhases(ctx context.Context, now time.Time, sr *runbo
 	return dispatched, nil
 }
 
-func (s *Scheduler) dispatchPhase(ctx context.Context, q pgx.Tx, em *emitter, now time.Time, sr *runbook.StoredRunbook,
-	batchID int64, start time.Time, p duePhase, def runbook.Phase, members []member, data map[string]runbook.Member) error {
+func (s *Scheduler) dispatchPhase(ctx context.Context, q *runbook.Schedule, em *emitter, now time.Time, sr *runbook.StoredRunbook,
+	batchID int64, start time.Time, p runbook.DuePhase, def runbook.Phase, members []runbook.BatchMember, data map[string]runbook.Member) error {
 	rb := sr.Runbook
 	phaseAttrs := func(more ...slog.Attr) []slog.Attr {
-		return batchAttrs(sr, batchID, append([]slog.Attr{slog.String(keyPhase, p.name), slog.Int64(keyPhaseExecutionID, p.id)}, more...)...)
+		return batchAttrs(sr, batchID, append([]slog.Attr{slog.String(keyPhase, p.Name), slog.Int64(keyPhaseExecutionID, p.ID)}, more...)...)
 	}
-	have, err := collectIDs(q.Query(ctx, sqlMembersWithSteps, p.id))
+	have, err := q.MembersWithSteps(ctx, p.ID)
 	if err != nil {
 		return err
 	}
@@ -125,61 +101,60 @@ func (s *Scheduler) dispatchPhase(ctx context.Context, q pgx.Tx, em *emitter, no
 		hasSteps[id] = true
 	}
 	memberIDs := make([]int64, 0, len(members))
-	var rows [][]any
+	var rows []runbook.PhaseStep
 	failed, missing := 0, 0
 	for _, m := range members {
-		if hasSteps[m.id] {
-			memberIDs = append(memberIDs, m.id)
+		if hasSteps[m.ID] {
+			memberIDs = append(memberIDs, m.ID)
 			continue
 		}
-		md, ok := data[m.key]
+		md, ok := data[m.Key]
 		if !ok {
 			// No current data with the batch's time: the member is leaving the
 			// batch (the next member pass removes it), so it gets no steps.
 			missing++
 			em.info("member without current data for the batch time gets no steps",
-				phaseAttrs(slog.Int64(keyBatchMemberID, m.id), slog.String(keyMemberKey, m.key))...)
+				phaseAttrs(slog.Int64(keyBatchMemberID, m.ID), slog.String(keyMemberKey, m.Key))...)
 			continue
 		}
-		memberRows, renderErr := stepRows(p.id, m.id, def, runbook.MemberVars(md, batchID, start), now)
+		memberRows, renderErr := stepRows(p.ID, m.ID, def, runbook.MemberVars(md, batchID, start))
 		if renderErr != nil {
 			failed++
 			em.problem(stageRender, "member params do not render; its steps are failed",
-				phaseAttrs(slog.Int64(keyBatchMemberID, m.id), slog.String(keyMemberKey, m.key), slog.String("err", renderErr.Error()))...)
+				phaseAttrs(slog.Int64(keyBatchMemberID, m.ID), slog.String(keyMemberKey, m.Key), slog.String("err", renderErr.Error()))...)
 		}
 		rows = append(rows, memberRows...)
-		memberIDs = append(memberIDs, m.id)
+		memberIDs = append(memberIDs, m.ID)
 	}
 	if len(rows) > 0 {
-		if _, err := q.CopyFrom(ctx, pgx.Identifier{"step_executions"}, stepColumns, pgx.CopyFromRows(rows)); err != nil {
+		if err := q.InsertPhaseSteps(ctx, rows, now); err != nil {
 			return fmt.Errorf("create step executions: %w", err)
 		}
 	}
-	tag, err := q.Exec(ctx, sqlPhaseDispatched, p.id, now)
+	pending, err := q.PhaseDispatched(ctx, p.ID, now)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("phase execution %d is no longer pending", p.id)
+	if !pending {
+		return fmt.Errorf("phase execution %d is no longer pending", p.ID)
 	}
-	if err := em.add(runbook.EventPhaseDue, phaseDueID(p.id), runbook.PhaseDueEvent{
+	if err := em.add(runbook.EventPhaseDue, phaseDueID(p.ID), runbook.PhaseDueEvent{
 		MessageType: runbook.EventPhaseDue, RunbookName: rb.Name, RunbookVersion: rb.Version, BatchID: batchID,
-		PhaseExecutionID: p.id, PhaseName: p.name, OffsetMinutes: p.offsetMinutes, DueAt: runbook.FormatTime(p.dueAt),
+		PhaseExecutionID: p.ID, PhaseName: p.Name, OffsetMinutes: p.OffsetMinutes, DueAt: runbook.FormatTime(p.DueAt),
 		MemberIDs: memberIDs, // members come by id: ascending
 	}); err != nil {
 		return err
 	}
-	em.info("phase due", phaseAttrs(slog.String("due_at", runbook.FormatTime(p.dueAt)), slog.Int("members", len(memberIDs)),
+	em.info("phase due", phaseAttrs(slog.String("due_at", runbook.FormatTime(p.DueAt)), slog.Int("members", len(memberIDs)),
 		slog.Int("steps", len(rows)), slog.Int("members_failed", failed), slog.Int("members_without_data", missing))...)
 	return nil
 }
 
-// stepRows are the step_executions rows of one member in one phase (columns
-// as stepColumns). When any step's params do not render, every step of the
+// stepRows are the step executions of one member in one phase. When any step's params do not render, every step of the
 // member is created failed (running some of a member's steps but not others
 // would leave it half-done): the one that does not render with its error,
 // the others naming it. The returned error is the render failure.
-func stepRows(phaseExecutionID, batchMemberID int64, def runbook.Phase, vars map[string]string, now time.Time) ([][]any, error) {
+func stepRows(phaseExecutionID, batchMemberID int64, def runbook.Phase, vars map[string]string) ([]runbook.PhaseStep, error) {
 	params := make([][]byte, len(def.Steps))
 	problems := make([]error, len(def.Steps))
 	var first error
@@ -196,7 +171,7 @@ func stepRows(phaseExecutionID, batchMemberID int64, def runbook.Phase, vars map
 			}
 		}
 	}
-	rows := make([][]any, len(def.Steps))
+	rows := make([]runbook.PhaseStep, len(def.Steps))
 	for i, step := range def.Steps {
 		status, message := runbook.StepPending, (*string)(nil)
 		switch {
@@ -205,19 +180,10 @@ func stepRows(phaseExecutionID, batchMemberID int64, def runbook.Phase, vars map
 		case first != nil:
 			status, message = runbook.StepFailed, ptr("not run: another step of the member in this phase failed: "+first.Error())
 		}
-		interval, timeout := pollSettings(step)
-		rows[i] = []any{phaseExecutionID, batchMemberID, runbook.KindPhase, step.Name, int32(i), step.WorkerID,
-			step.Function, string(params[i]), status, message, step.IsPollStep, int32Ptr(interval), int32Ptr(timeout),
-			step.OnFailure, now}
+		rows[i] = runbook.PhaseStep{PhaseID: phaseExecutionID, MemberID: batchMemberID, Index: i, Step: step,
+			Params: params[i], Status: status, Message: message}
 	}
 	return rows, first
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func int32Ptr(p *int) *int32 {
-	if p == nil {
-		return nil
-	}
-	return ptr(int32(*p))
-}

@@ -1,15 +1,11 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/lucius-platform/lucius/core/runbook"
 )
@@ -21,12 +17,9 @@ import (
 // again and moved last_polled_at.
 func (s *Scheduler) polls(ctx context.Context, now time.Time) error {
 	var errs []error
-	for _, t := range []struct{ table, query string }{
-		{runbook.TableSteps, sqlClaimStepPolls},
-		{runbook.TableInit, sqlClaimInitPolls},
-	} {
-		if err := s.pollTable(ctx, now, t.table, t.query); err != nil {
-			err = fmt.Errorf("poll checks (%s): %w", t.table, err)
+	for _, table := range []string{runbook.TableSteps, runbook.TableInit} {
+		if err := s.pollTable(ctx, now, table); err != nil {
+			err = fmt.Errorf("poll checks (%s): %w", table, err)
 			s.failed(ctx, stagePolls, err)
 			errs = append(errs, err)
 		}
@@ -34,45 +27,26 @@ func (s *Scheduler) polls(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
-// pollRow is a claimed polling row.
-type pollRow struct {
-	id          int64
-	stepName    string
-	pollCount   int
-	batchID     int64
-	runbookName string
-	version     int
-}
-
-func (s *Scheduler) pollTable(ctx context.Context, now time.Time, table, query string) error {
-	return s.inTx(ctx, "poll check", func(ctx context.Context, q pgx.Tx, em *emitter) error {
-		rows, err := q.Query(ctx, query, now, s.batch)
+func (s *Scheduler) pollTable(ctx context.Context, now time.Time, table string) error {
+	return s.inTx(ctx, "poll check", func(ctx context.Context, q *runbook.Schedule, em *emitter) error {
+		due, err := q.ClaimPolls(ctx, table, now, s.batch)
 		if err != nil {
 			return err
 		}
-		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pollRow, error) {
-			var p pollRow
-			err := r.Scan(&p.id, &p.stepName, &p.pollCount, &p.batchID, &p.runbookName, &p.version)
-			return p, err
-		})
-		if err != nil {
-			return err
-		}
-		slices.SortFunc(due, func(a, b pollRow) int { return cmp.Compare(a.id, b.id) })
 		for _, p := range due {
-			ev := runbook.PollCheckEvent{MessageType: runbook.EventPollCheck, RunbookName: p.runbookName, RunbookVersion: p.version,
-				BatchID: p.batchID, StepName: p.stepName, PollCount: p.pollCount + 1}
+			ev := runbook.PollCheckEvent{MessageType: runbook.EventPollCheck, RunbookName: p.RunbookName, RunbookVersion: p.Version,
+				BatchID: p.BatchID, StepName: p.StepName, PollCount: p.PollCount + 1}
 			if table == runbook.TableInit {
-				ev.InitExecutionID = ptr(p.id)
+				ev.InitExecutionID = ptr(p.ID)
 			} else {
-				ev.StepExecutionID = ptr(p.id)
+				ev.StepExecutionID = ptr(p.ID)
 			}
-			if err := em.add(runbook.EventPollCheck, pollCheckID(table, p.id, ev.PollCount), ev); err != nil {
+			if err := em.add(runbook.EventPollCheck, pollCheckID(table, p.ID, ev.PollCount), ev); err != nil {
 				return err
 			}
-			em.debug(runbook.EventPollCheck, slog.String(keyRunbook, p.runbookName), slog.Int(keyRunbookVersion, p.version),
-				slog.Int64(keyBatchID, p.batchID), slog.String("table", table), slog.Int64("execution_id", p.id),
-				slog.String("step", p.stepName), slog.Int("poll_count", ev.PollCount))
+			em.debug(runbook.EventPollCheck, slog.String(keyRunbook, p.RunbookName), slog.Int(keyRunbookVersion, p.Version),
+				slog.Int64(keyBatchID, p.BatchID), slog.String("table", table), slog.Int64("execution_id", p.ID),
+				slog.String("step", p.StepName), slog.Int("poll_count", ev.PollCount))
 		}
 		return nil
 	})

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -146,7 +145,7 @@ func (s *Scheduler) version(ctx context.Context, now time.Time, id int64) (err e
 // its notes logged once it committed. Each runs in a span of its own
 // ("scheduler <op>", one per batch and stage: the scheduler acts on time, not
 // on a message), whose context the emitted events carry to the orchestrator.
-func (s *Scheduler) inTx(ctx context.Context, op string, fn func(ctx context.Context, q pgx.Tx, em *emitter) error) (err error) {
+func (s *Scheduler) inTx(ctx context.Context, op string, fn func(ctx context.Context, q *runbook.Schedule, em *emitter) error) (err error) {
 	ctx, span := otel.Tracer("lucius/scheduler").Start(ctx, "scheduler "+op)
 	defer func() {
 		if err != nil {
@@ -160,7 +159,7 @@ func (s *Scheduler) inTx(ctx context.Context, op string, fn func(ctx context.Con
 	var em *emitter
 	err = s.store.InTx(tctx, func(tx *ledger.Tx) error {
 		em = &emitter{} // fresh on a retried transaction
-		if err := fn(tctx, tx.SQL(), em); err != nil {
+		if err := fn(tctx, s.runbooks.ScheduleInLedgerTx(tx), em); err != nil {
 			return err
 		}
 		return em.enqueue(tctx, tx)
@@ -197,16 +196,12 @@ func (s *Scheduler) failed(ctx context.Context, stage string, err error, attrs .
 
 // lockActiveVersion holds the version active until the transaction ends; false:
 // it is not active any more (a newer version took over since the tick began).
-func lockActiveVersion(ctx context.Context, q pgx.Tx, id int64) (bool, error) {
-	var version int
-	err := q.QueryRow(ctx, sqlLockActiveVersion, id).Scan(&version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+func lockActiveVersion(ctx context.Context, q *runbook.Schedule, id int64) (bool, error) {
+	active, err := q.LockActiveVersion(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("lock runbook version %d: %w", id, err)
 	}
-	return true, nil
+	return active, nil
 }
 
 // dueAt is when a phase of a batch is due, by seed 003's convention: the
@@ -224,12 +219,4 @@ func runbookAttrs(sr *runbook.StoredRunbook) []slog.Attr {
 
 func batchAttrs(sr *runbook.StoredRunbook, batchID int64, more ...slog.Attr) []slog.Attr {
 	return append(append(runbookAttrs(sr), slog.Int64(keyBatchID, batchID)), more...)
-}
-
-// collectIDs reads a one-column bigint result.
-func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }

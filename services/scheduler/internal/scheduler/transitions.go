@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lucius-platform/lucius/core/runbook"
 )
 
@@ -16,7 +14,7 @@ import (
 // version governs to this (the active) one, a transaction per batch; then,
 // for an ignore version, records that its overdue phases were dealt with.
 func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.StoredRunbook) error {
-	ids, err := collectIDs(s.store.Pool().Query(ctx, sqlTransitionCandidates, sr.Runbook.Name, sr.ID, liveStatuses, s.batch))
+	ids, err := s.runbooks.TransitionCandidates(ctx, sr.Runbook.Name, sr.ID, liveStatuses, s.batch)
 	if err != nil {
 		err = fmt.Errorf("find batches to move to %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
 		s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
@@ -26,7 +24,7 @@ func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.
 		// A version applied a moment ago has an empty member table until its
 		// data is loaded. Moving batches to it now would remove every member
 		// (member-removed, removal steps); they wait for the first load.
-		loaded, err := hasMemberData(ctx, s.store.Pool(), sr.DataTable)
+		loaded, err := s.runbooks.HasMemberData(ctx, sr.DataTable)
 		if err != nil {
 			err = fmt.Errorf("member data of %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
 			s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
@@ -49,13 +47,13 @@ func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.
 	if len(errs) > 0 || sr.Runbook.OverdueBehavior != runbook.OverdueIgnore || sr.IgnoreOverdueApplied {
 		return errors.Join(errs...)
 	}
-	tag, err := s.store.Pool().Exec(ctx, sqlIgnoreApplied, sr.ID, sr.Runbook.Name, liveStatuses)
+	applied, err := s.runbooks.MarkIgnoreApplied(ctx, sr.ID, sr.Runbook.Name, liveStatuses)
 	if err != nil {
 		err = fmt.Errorf("mark ignore applied for %s v%d: %w", sr.Runbook.Name, sr.Runbook.Version, err)
 		s.failed(ctx, stageTransition, err, runbookAttrs(sr)...)
 		return err
 	}
-	if tag.RowsAffected() == 1 {
+	if applied {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "overdue phases ignored for every live batch of the version", runbookAttrs(sr)...)
 	}
 	return nil
@@ -67,31 +65,20 @@ func (s *Scheduler) transitions(ctx context.Context, now time.Time, sr *runbook.
 // the new version's init steps run again for the batch.
 func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.StoredRunbook, batchID int64) error {
 	rb := sr.Runbook
-	return s.inTx(ctx, "version transition", func(ctx context.Context, q pgx.Tx, em *emitter) error {
+	return s.inTx(ctx, "version transition", func(ctx context.Context, q *runbook.Schedule, em *emitter) error {
 		if active, err := lockActiveVersion(ctx, q, sr.ID); err != nil || !active {
 			return err
 		}
-		var (
-			start  time.Time
-			status string
-			from   int
-		)
-		err := q.QueryRow(ctx, sqlLockTransition, batchID, sr.ID, liveStatuses).Scan(&start, &status, &from)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // moved already, or another scheduler is moving it
+		t, locked, err := q.LockTransition(ctx, batchID, sr.ID, liveStatuses)
+		if err != nil || !locked {
+			return err // not locked: moved already, or another scheduler is moving it
 		}
+		start, status, from := t.Start, t.Status, t.FromVersion
+		skippedOld, err := q.MoveBatch(ctx, batchID, sr.ID, rb.Version)
 		if err != nil {
 			return err
 		}
-		start = start.UTC()
-		if _, err := q.Exec(ctx, sqlSetBatchVersion, batchID, sr.ID); err != nil {
-			return err
-		}
-		skippedOld, err := q.Exec(ctx, sqlSkipOtherPhases, batchID, rb.Version)
-		if err != nil {
-			return err
-		}
-		existing, err := phaseStatuses(ctx, q, batchID, rb.Version)
+		existing, err := q.PhaseStatuses(ctx, batchID, rb.Version)
 		if err != nil {
 			return err
 		}
@@ -105,13 +92,13 @@ func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.S
 			old, ok := existing[ph.Name]
 			switch {
 			case !ok:
-				if _, err := q.Exec(ctx, sqlInsertPhase, batchID, ph.Name, ph.OffsetMinutes, due, rb.Version, st); err != nil {
+				if err := q.InsertPhase(ctx, batchID, ph, due, rb.Version, st); err != nil {
 					return fmt.Errorf("phase %s: %w", ph.Name, err)
 				}
 			case old == runbook.PhaseSkipped && st == runbook.PhasePending:
 				// The batch comes back to a version that governed it before:
 				// its phases that a transition skipped are due again.
-				if _, err := q.Exec(ctx, sqlRevivePhase, batchID, rb.Version, ph.Name); err != nil {
+				if err := q.RevivePhase(ctx, batchID, rb.Version, ph.Name); err != nil {
 					return fmt.Errorf("phase %s: %w", ph.Name, err)
 				}
 			default:
@@ -125,7 +112,7 @@ func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.S
 		}
 		attrs := batchAttrs(sr, batchID, slog.Int("from_version", from), slog.String("status", status),
 			slog.String(keyBatchStart, runbook.FormatTime(start)),
-			slog.Int64("old_phases_skipped", skippedOld.RowsAffected()), slog.Int("phases_pending", pending),
+			slog.Int64("old_phases_skipped", skippedOld), slog.Int("phases_pending", pending),
 			slog.Int("overdue_phases_skipped", overdueSkipped), slog.String("overdue_behavior", rb.OverdueBehavior))
 		if rb.RerunInit && len(rb.Init) > 0 {
 			created, err := insertInit(ctx, q, rb, batchID, start, now)
@@ -135,10 +122,10 @@ func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.S
 			// Init runs once per batch and version: a batch coming back to a
 			// version whose init it ran keeps that.
 			if created > 0 {
-				if _, err := q.Exec(ctx, sqlInitDispatched, batchID, now); err != nil {
+				if err := q.InitDispatched(ctx, batchID, now); err != nil {
 					return err
 				}
-				members, err := activeMembers(ctx, q, batchID)
+				members, err := q.ActiveMembers(ctx, batchID)
 				if err != nil {
 					return err
 				}
@@ -154,27 +141,4 @@ func (s *Scheduler) transition(ctx context.Context, now time.Time, sr *runbook.S
 		em.info("batch moved to the active runbook version", attrs...)
 		return nil
 	})
-}
-
-// phaseStatuses returns the statuses of a batch's phase executions of a version, by phase name.
-func phaseStatuses(ctx context.Context, q pgx.Tx, batchID int64, version int) (map[string]string, error) {
-	rows, err := q.Query(ctx, sqlPhasesOfVersion, batchID, version)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	var name, status string
-	_, err = pgx.ForEachRow(rows, []any{&name, &status}, func() error {
-		out[name] = status
-		return nil
-	})
-	return out, err
-}
-
-// hasMemberData reports whether a member table has any row, current or not:
-// whether member data was ever loaded for the version.
-func hasMemberData(ctx context.Context, q runbook.Querier, table string) (bool, error) {
-	var loaded bool
-	err := q.QueryRow(ctx, sqlHasMemberData(table)).Scan(&loaded)
-	return loaded, err
 }
