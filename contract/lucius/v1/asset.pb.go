@@ -688,10 +688,16 @@ func (x *ListAssetRevisionsResponse) GetNextPageToken() string {
 
 // RollbackAssetRequest names the revision to make current.
 type RollbackAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Revision      int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Revision int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -747,6 +753,13 @@ func (x *RollbackAssetRequest) GetRevision() int32 {
 	return 0
 }
 
+func (x *RollbackAssetRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // RollbackAssetResponse carries the asset as it now is.
 type RollbackAssetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -794,9 +807,15 @@ func (x *RollbackAssetResponse) GetAsset() *Asset {
 
 // DeleteAssetRequest names the asset to soft-delete.
 type DeleteAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,6 +860,13 @@ func (x *DeleteAssetRequest) GetAssetId() string {
 func (x *DeleteAssetRequest) GetTenantId() string {
 	if x != nil {
 		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteAssetRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -897,7 +923,13 @@ type SetAssetApprovalRequest struct {
 	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	ApprovalState ApprovalState          `protobuf:"varint,3,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
 	// Why, e.g. "metadata incomplete".
-	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +992,13 @@ func (x *SetAssetApprovalRequest) GetNote() string {
 	return ""
 }
 
+func (x *SetAssetApprovalRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SetAssetApprovalResponse carries the asset as it now is.
 type SetAssetApprovalResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1009,7 +1048,7 @@ var File_lucius_v1_asset_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_asset_proto_rawDesc = "" +
 	"\n" +
-	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x98\a\n" +
+	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x98\a\n" +
 	"\x05Asset\x12\x19\n" +
 	"\basset_id\x18\x01 \x01(\tR\aassetId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x1f\n" +
@@ -1076,27 +1115,33 @@ const file_lucius_v1_asset_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"|\n" +
 	"\x1aListAssetRevisionsResponse\x126\n" +
 	"\trevisions\x18\x01 \x03(\v2\x18.lucius.v1.AssetRevisionR\trevisions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcc\x01\n" +
 	"\x14RollbackAssetRequest\x120\n" +
 	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
 	"\ttenant_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12#\n" +
-	"\brevision\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\brevision\"?\n" +
+	"\brevision\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\brevision\x124\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"?\n" +
 	"\x15RollbackAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"o\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xa5\x01\n" +
 	"\x12DeleteAssetRequest\x120\n" +
 	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
 	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\"=\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"=\n" +
 	"\x13DeleteAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xdf\x01\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\x95\x02\n" +
 	"\x17SetAssetApprovalRequest\x120\n" +
 	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
 	"\ttenant_id\x18\x02 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12K\n" +
 	"\x0eapproval_state\x18\x03 \x01(\x0e2\x18.lucius.v1.ApprovalStateB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\rapprovalState\x12\x1c\n" +
-	"\x04note\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x04note\"B\n" +
+	"\x04note\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x04note\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"B\n" +
 	"\x18SetAssetApprovalResponse\x12&\n" +
 	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset*\x85\x01\n" +
 	"\rApprovalState\x12\x1e\n" +

@@ -495,9 +495,15 @@ func (x *GetCircuitBreakerResponse) GetTransitions() []*CircuitTransition {
 
 // ResetCircuitBreakerRequest names a service and says why.
 type ResetCircuitBreakerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +548,13 @@ func (x *ResetCircuitBreakerRequest) GetService() string {
 func (x *ResetCircuitBreakerRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResetCircuitBreakerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -595,7 +608,7 @@ var File_lucius_v1_breaker_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_breaker_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/breaker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x02\n" +
+	"\x17lucius/v1/breaker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x02\n" +
 	"\x0eCircuitBreaker\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12-\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x17.lucius.v1.CircuitStateR\x05state\x12\x16\n" +
@@ -632,10 +645,12 @@ const file_lucius_v1_breaker_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aservice\"\x9f\x01\n" +
 	"\x19GetCircuitBreakerResponse\x12B\n" +
 	"\x0fcircuit_breaker\x18\x01 \x01(\v2\x19.lucius.v1.CircuitBreakerR\x0ecircuitBreaker\x12>\n" +
-	"\vtransitions\x18\x02 \x03(\v2\x1c.lucius.v1.CircuitTransitionR\vtransitions\"c\n" +
+	"\vtransitions\x18\x02 \x03(\v2\x1c.lucius.v1.CircuitTransitionR\vtransitions\"\x99\x01\n" +
 	"\x1aResetCircuitBreakerRequest\x12#\n" +
 	"\aservice\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aservice\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"a\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"a\n" +
 	"\x1bResetCircuitBreakerResponse\x12B\n" +
 	"\x0fcircuit_breaker\x18\x01 \x01(\v2\x19.lucius.v1.CircuitBreakerR\x0ecircuitBreaker*|\n" +
 	"\fCircuitState\x12\x1d\n" +

@@ -177,6 +177,12 @@ type PauseWorkRequest struct {
 	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +245,13 @@ func (x *PauseWorkRequest) GetRefuseSubmits() bool {
 	return false
 }
 
+func (x *PauseWorkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // PauseWorkResponse is the pause in force.
 type PauseWorkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -286,9 +299,15 @@ func (x *PauseWorkResponse) GetPause() *Pause {
 
 // ResumeWorkRequest names the pause to lift.
 type ResumeWorkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scope         PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +352,13 @@ func (x *ResumeWorkRequest) GetScope() PauseScope {
 func (x *ResumeWorkRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *ResumeWorkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1169,8 +1195,14 @@ func (x *GetGlobalConfigResponse) GetConfig() *GlobalConfig {
 
 // UpdateGlobalConfigRequest carries the new globals.
 type UpdateGlobalConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1242,13 @@ func (x *UpdateGlobalConfigRequest) GetConfig() *GlobalConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *UpdateGlobalConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // UpdateGlobalConfigResponse carries what was stored.
@@ -1463,8 +1502,14 @@ func (x *ListTenantConfigsResponse) GetNextPageToken() string {
 
 // UpdateTenantConfigRequest carries a tenant's new overrides.
 type UpdateTenantConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1504,6 +1549,13 @@ func (x *UpdateTenantConfigRequest) GetConfig() *TenantConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *UpdateTenantConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // UpdateTenantConfigResponse carries what was stored.
@@ -1553,8 +1605,14 @@ func (x *UpdateTenantConfigResponse) GetConfig() *TenantConfig {
 
 // DeleteTenantConfigRequest names a tenant.
 type DeleteTenantConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1592,6 +1650,13 @@ func (*DeleteTenantConfigRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteTenantConfigRequest) GetTenantId() string {
 	if x != nil {
 		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteTenantConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1637,7 +1702,7 @@ var File_lucius_v1_config_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xdd\x01\n" +
+	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xdd\x01\n" +
 	"\x05Pause\x12+\n" +
 	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeR\x05scope\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -1645,19 +1710,23 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\x12\x1b\n" +
 	"\tpaused_by\x18\x05 \x01(\tR\bpausedBy\x129\n" +
 	"\n" +
-	"pause_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\"\xb0\x01\n" +
+	"pause_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\"\xe6\x01\n" +
 	"\x10PauseWorkRequest\x127\n" +
 	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
 	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\x12 \n" +
 	"\x06reason\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x12%\n" +
-	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\";\n" +
+	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\";\n" +
 	"\x11PauseWorkResponse\x12&\n" +
-	"\x05pause\x18\x01 \x01(\v2\x10.lucius.v1.PauseR\x05pause\"h\n" +
+	"\x05pause\x18\x01 \x01(\v2\x10.lucius.v1.PauseR\x05pause\"\x9e\x01\n" +
 	"\x11ResumeWorkRequest\x127\n" +
 	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
-	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\"\x14\n" +
+	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x14\n" +
 	"\x12ResumeWorkResponse\"e\n" +
 	"\x11ListPausesRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
@@ -1727,9 +1796,11 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"\x0eretention_days\x18\x06 \x01(\x05R\rretentionDays\"\x18\n" +
 	"\x16GetGlobalConfigRequest\"J\n" +
 	"\x17GetGlobalConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"T\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"\x8a\x01\n" +
 	"\x19UpdateGlobalConfigRequest\x127\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"M\n" +
 	"\x1aUpdateGlobalConfigResponse\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"e\n" +
 	"\x16GetTenantConfigRequest\x12K\n" +
@@ -1744,13 +1815,17 @@ const file_lucius_v1_config_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"v\n" +
 	"\x19ListTenantConfigsResponse\x121\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x17.lucius.v1.TenantConfigR\aconfigs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8a\x01\n" +
 	"\x19UpdateTenantConfigRequest\x127\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"M\n" +
 	"\x1aUpdateTenantConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"h\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"\x9e\x01\n" +
 	"\x19DeleteTenantConfigRequest\x12K\n" +
-	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x1c\n" +
+	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x1c\n" +
 	"\x1aDeleteTenantConfigResponse*\x89\x01\n" +
 	"\n" +
 	"PauseScope\x12\x1b\n" +

@@ -930,9 +930,15 @@ func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
 
 // ReplayJobRequest names the failed job to re-run.
 type ReplayJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,6 +983,13 @@ func (x *ReplayJobRequest) GetJobId() string {
 func (x *ReplayJobRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReplayJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2525,7 +2538,13 @@ type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Why, recorded in the job's events.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2570,6 +2589,13 @@ func (x *CancelJobRequest) GetJobId() string {
 func (x *CancelJobRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2623,7 +2649,7 @@ var File_lucius_v1_job_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n" +
+	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n" +
 	"\x10WatchJobsRequest\x12%\n" +
 	"\ttenant_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12-\n" +
 	"\x0eafter_event_id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\fafterEventId\"`\n" +
@@ -2674,10 +2700,12 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"\x0edead_letter_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\fdeadLetterId\"O\n" +
 	"\x15GetDeadLetterResponse\x126\n" +
 	"\vdead_letter\x18\x01 \x01(\v2\x15.lucius.v1.DeadLetterR\n" +
-	"deadLetter\"b\n" +
+	"deadLetter\"\x98\x01\n" +
 	"\x10ReplayJobRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"5\n" +
 	"\x11ReplayJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\xf9\x01\n" +
 	"\aRouting\x12#\n" +
@@ -2836,10 +2864,12 @@ const file_lucius_v1_job_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"l\n" +
 	"\x15ListJobEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.lucius.v1.JobEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"b\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x01\n" +
 	"\x10CancelJobRequest\x12,\n" +
 	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"5\n" +
 	"\x11CancelJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job*g\n" +
 	"\x0eDeadLetterKind\x12 \n" +

@@ -749,7 +749,13 @@ func (x *RunbookStep) GetWorkflowId() string {
 type ApplyRunbookRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The YAML.
-	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -787,6 +793,13 @@ func (*ApplyRunbookRequest) Descriptor() ([]byte, []int) {
 func (x *ApplyRunbookRequest) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *ApplyRunbookRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1125,7 +1138,13 @@ type LoadMembersRequest struct {
 	// At most 50,000 rows a call; member keys are unique in a call.
 	Members []*RunbookMember `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// The rows are the whole data source: members they lack are no longer current.
-	Replace       bool `protobuf:"varint,4,opt,name=replace,proto3" json:"replace,omitempty"`
+	Replace bool `protobuf:"varint,4,opt,name=replace,proto3" json:"replace,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1186,6 +1205,13 @@ func (x *LoadMembersRequest) GetReplace() bool {
 		return x.Replace
 	}
 	return false
+}
+
+func (x *LoadMembersRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // LoadMembersResponse counts what the load did.
@@ -2299,7 +2325,7 @@ var File_lucius_v1_runbook_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x06\n" +
+	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x06\n" +
 	"\aRunbook\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12 \n" +
@@ -2344,9 +2370,11 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"on_failure\x18\a \x01(\tR\tonFailure\x12'\n" +
 	"\x0ftimeout_seconds\x18\b \x01(\x05R\x0etimeoutSeconds\x12\x1f\n" +
 	"\vworkflow_id\x18\t \x01(\tR\n" +
-	"workflowId\":\n" +
+	"workflowId\"p\n" +
 	"\x13ApplyRunbookRequest\x12#\n" +
-	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"^\n" +
+	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"^\n" +
 	"\x14ApplyRunbookResponse\x12,\n" +
 	"\arunbook\x18\x01 \x01(\v2\x12.lucius.v1.RunbookR\arunbook\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"i\n" +
@@ -2371,13 +2399,15 @@ const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\x06values\x18\x03 \x03(\v2$.lucius.v1.RunbookMember.ValuesEntryR\x06values\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfa\x01\n" +
 	"\x12LoadMembersRequest\x121\n" +
 	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\x04name\x12!\n" +
 	"\aversion\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\aversion\x12>\n" +
 	"\amembers\x18\x03 \x03(\v2\x18.lucius.v1.RunbookMemberB\n" +
 	"\xbaH\a\x92\x01\x04\x10І\x03R\amembers\x12\x18\n" +
-	"\areplace\x18\x04 \x01(\bR\areplace\"\x9d\x01\n" +
+	"\areplace\x18\x04 \x01(\bR\areplace\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x9d\x01\n" +
 	"\x13LoadMembersResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\x05R\binserted\x12\x18\n" +

@@ -300,7 +300,13 @@ func (x *WorkflowNode) GetNext() []string {
 type RegisterWorkflowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The YAML definition.
-	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +344,13 @@ func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
 func (x *RegisterWorkflowRequest) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *RegisterWorkflowRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -714,7 +727,7 @@ var File_lucius_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
+	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
 	"\bWorkflow\x12\x1f\n" +
 	"\vworkflow_id\x18\x01 \x01(\tR\n" +
 	"workflowId\x12\x18\n" +
@@ -738,9 +751,11 @@ const file_lucius_v1_workflow_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
 	"\ahandler\x18\x03 \x01(\tR\ahandler\x12\x18\n" +
 	"\aservice\x18\x04 \x01(\tR\aservice\x12\x12\n" +
-	"\x04next\x18\x05 \x03(\tR\x04next\">\n" +
+	"\x04next\x18\x05 \x03(\tR\x04next\"t\n" +
 	"\x17RegisterWorkflowRequest\x12#\n" +
-	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"e\n" +
+	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"e\n" +
 	"\x18RegisterWorkflowResponse\x12/\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\">\n" +

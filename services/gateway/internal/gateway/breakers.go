@@ -106,8 +106,8 @@ func circuitState(s ledger.BreakerState) luciusv1.CircuitState {
 // cancelled or timed-out request, or an unavailable ledger (logged).
 func ledgerError(ctx context.Context, log *slog.Logger, what string, err error, attrs ...any) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
+		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "request cancelled or timed out").Err()
 	}
 	log.ErrorContext(ctx, what, append(attrs, telemetry.Err(err))...)
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
+	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the ledger is unavailable; retry").Err()
 }

@@ -86,11 +86,11 @@ func (s *configService) UpdateTenantConfig(ctx context.Context, req *luciusv1.Up
 	in := req.GetConfig()
 	t := tenantFromProto(in)
 	if t.TenantID == "" {
-		return nil, server.InvalidArgument(server.Violation{Field: "config.tenant_id", Reason: server.ReasonInvalidArgument,
+		return nil, server.InvalidArgument(server.Violation{Field: "config.tenant_id", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT,
 			Description: "must not be blank"}).Err()
 	}
 	if t.Mode != "" && len(t.AllowedModes) > 0 && !slices.Contains(t.AllowedModes, t.Mode) {
-		return nil, server.InvalidArgument(server.Violation{Field: "config.mode", Reason: server.ReasonModeForbidden,
+		return nil, server.InvalidArgument(server.Violation{Field: "config.mode", Reason: luciusv1.ErrorReason_ERROR_REASON_MODE_FORBIDDEN,
 			Description: "is not one of allowed_modes"}).Err()
 	}
 	t.UpdatedBy = principalName(ctx)
@@ -121,15 +121,15 @@ func (s *configService) changed(ctx context.Context, msg string, attrs ...any) {
 func (s *configService) error(ctx context.Context, err error, tenant string) error {
 	switch {
 	case errors.Is(err, config.ErrNotFound):
-		return server.Error(codes.NotFound, server.ReasonTenantConfigNotFound,
+		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
 			"tenant "+routing.Normalize(tenant)+" has no configuration of its own", "tenant_id", routing.Normalize(tenant)).Err()
 	case errors.Is(err, config.ErrRevisionMismatch):
-		return server.Error(codes.Aborted, server.ReasonConfigRevision, err.Error()+"; read it again and retry").Err()
+		return server.Error(codes.Aborted, luciusv1.ErrorReason_ERROR_REASON_CONFIG_REVISION_MISMATCH, err.Error()+"; read it again and retry").Err()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
+		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "request cancelled or timed out").Err()
 	}
 	s.log.ErrorContext(ctx, "configuration store", telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the configuration store is unavailable; retry").Err()
+	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the configuration store is unavailable; retry").Err()
 }
 
 func modeFromProto(m luciusv1.Mode) routing.Mode {
