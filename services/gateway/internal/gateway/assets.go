@@ -149,12 +149,11 @@ func (s *assetService) get(ctx context.Context, tenant, id string) (*luciusv1.As
 	return assetToProto(a), nil
 }
 
+// error maps ledger errors to API statuses through apiError, naming the asset.
 func (s *assetService) error(ctx context.Context, err error, id string) error {
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND, "asset "+id+" not found", "asset_id", id).Err()
-	}
-	return ledgerError(ctx, s.log, "assets", err, "asset_id", id)
+	return apiError(ctx, s.log, "ledger", "assets", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND, msg: "asset " + id + " not found", metadata: []string{"asset_id", id}},
+		"asset_id", id)
 }
 
 func assetToProto(a *ledger.Asset) *luciusv1.Asset {

@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"time"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
@@ -118,18 +115,12 @@ func (s *configService) changed(ctx context.Context, msg string, attrs ...any) {
 	}
 }
 
+// error maps configuration store errors to API statuses through apiError, naming the tenant.
 func (s *configService) error(ctx context.Context, err error, tenant string) error {
-	switch {
-	case errors.Is(err, config.ErrNotFound):
-		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
-			"tenant "+routing.Normalize(tenant)+" has no configuration of its own", "tenant_id", routing.Normalize(tenant)).Err()
-	case errors.Is(err, config.ErrRevisionMismatch):
-		return server.Error(codes.Aborted, luciusv1.ErrorReason_ERROR_REASON_CONFIG_REVISION_MISMATCH, err.Error()+"; read it again and retry").Err()
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "configuration store", telemetry.Err(err))
-	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the configuration store is unavailable; retry").Err()
+	t := routing.Normalize(tenant)
+	return apiError(ctx, s.log, "configuration store", "configuration store", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
+			msg: "tenant " + t + " has no configuration of its own", metadata: []string{"tenant_id", t}})
 }
 
 func modeFromProto(m luciusv1.Mode) routing.Mode {

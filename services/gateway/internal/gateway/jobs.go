@@ -187,12 +187,11 @@ func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobReque
 	return &luciusv1.ReplayJobResponse{Job: jobToProto(job)}, nil
 }
 
-// storeError maps ledger errors to API statuses, in one place.
+// storeError maps ledger errors to API statuses through apiError, naming the job.
 func (s *jobService) storeError(ctx context.Context, err error, jobID string) error {
-	if errors.Is(err, ledger.ErrNotFound) {
-		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, "job "+jobID+" not found", "job_id", jobID).Err()
-	}
-	return ledgerError(ctx, s.log, "ledger", err, telemetry.JobID(jobID))
+	return apiError(ctx, s.log, "ledger", "ledger", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, msg: "job " + jobID + " not found", metadata: []string{"job_id", jobID}},
+		telemetry.JobID(jobID))
 }
 
 func invalidPageToken() error {

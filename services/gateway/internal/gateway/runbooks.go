@@ -12,11 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lucius-platform/lucius/base/server"
-	"github.com/lucius-platform/lucius/base/telemetry"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
@@ -383,7 +381,7 @@ func (s *runbookService) GetBatch(ctx context.Context, req *luciusv1.GetBatchReq
 	b, err := s.store.Batch(ctx, req.GetBatchId())
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, what: "batch " + id, metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
 	}
 	return &luciusv1.GetBatchResponse{Batch: batchToProto(b)}, nil
 }
@@ -401,7 +399,7 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 	members, err := s.store.BatchMembers(ctx, req.GetBatchId(), after, size+1)
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, what: "batch " + id, metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
 	}
 	resp := &luciusv1.ListBatchMembersResponse{}
 	if len(members) > size {
@@ -425,38 +423,19 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 	return resp, nil
 }
 
-// notFound says what a request addressed, for its NOT_FOUND answer.
-type notFound struct {
-	reason   luciusv1.ErrorReason
-	what     string
-	metadata []string
-}
-
+// runbookNotFound says which runbook a request addressed, for its NOT_FOUND answer.
 func runbookNotFound(name string, version int32) *notFound {
 	what := "runbook " + name
 	if version != 0 {
 		what += " version " + strconv.Itoa(int(version))
 	}
-	return &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND, what: what,
+	return &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND, msg: what + " not found",
 		metadata: []string{"name", name, "version", strconv.Itoa(int(version))}}
 }
 
-// error maps the store's and the registry's errors to API statuses, in one
-// place. missing describes the resource of ErrNotFound (nil: none expected).
+// error maps the runbook store's errors to API statuses through apiError.
 func (s *runbookService) error(ctx context.Context, err error, missing *notFound) error {
-	switch {
-	case errors.Is(err, runbook.ErrNotFound) && missing != nil:
-		return server.Error(codes.NotFound, missing.reason, missing.what+" not found", missing.metadata...).Err()
-	case errors.Is(err, runbook.ErrVersionExists):
-		return server.Error(codes.AlreadyExists, luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_VERSION_EXISTS,
-			"this runbook version is stored with different content; versions are immutable, apply the next version").Err()
-	case errors.Is(err, runbook.ErrInvalidMembers):
-		return invalidMembers(err)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "runbooks", telemetry.Err(err))
-	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the runbook store is unavailable; retry").Err()
+	return apiError(ctx, s.log, "runbook store", "runbooks", err, missing)
 }
 
 func runbookToProto(sr *runbook.StoredRunbook) *luciusv1.Runbook {
