@@ -29,7 +29,11 @@ const (
 // base/server.ReasonOf(err) and switch on these values; other clients
 // compare the string. A reason a client does not know maps to
 // ERROR_REASON_UNSPECIFIED: switch on the gRPC code then. Each value says
-// when it is sent and with which code (HTTP status in parentheses).
+// when it is sent and with which code (HTTP status in parentheses). Each
+// RPC's comment lists its own reasons ("Reasons: …"); besides those, any
+// method may answer UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT,
+// REQUEST_TOO_LARGE, UNAVAILABLE and INTERNAL, and a list method
+// INVALID_PAGE_TOKEN.
 type ErrorReason int32
 
 const (
