@@ -68,7 +68,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	if err := auth.RequireTenant(ctx, cmd.GetTenantId()); err != nil {
 		s.count(ctx, "forbidden", cmd.GetRequestType())
 		s.log.WarnContext(ctx, "call denied", "principal", principalName(ctx), "method", luciusv1.CommandService_Submit_FullMethodName,
-			"reason", luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD, "tenant_id", auth.NormalizeTenant(cmd.GetTenantId()))
+			"reason", server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD), "tenant_id", auth.NormalizeTenant(cmd.GetTenantId()))
 		return nil, err
 	}
 	// Rates next: a tenant over its rate costs no validation or database work.
