@@ -289,6 +289,22 @@ func TestEveryMutatingRPCAnswersARetryWithTheSameRequestIDOnce(t *testing.T) {
 		t.Fatalf("REST refusal reason %q", reason)
 	}
 
+	// The CLI sends --request-id with the change it makes.
+	pause := func(reason string) (string, int) {
+		_, stderr, code := s.cli(s.operator, "--request-id", "cli-1", "pause", "--tenant", "reqid-cli", "--reason", reason)
+		return stderr, code
+	}
+	if stderr, code := pause("incident"); code != 0 {
+		t.Fatalf("lucius pause --request-id: exit %d %s", code, stderr)
+	}
+	paused := s.snapshot(`SELECT * FROM config_pauses WHERE key = 'reqid-cli'`)
+	if stderr, code := pause("incident"); code != 0 || s.snapshot(`SELECT * FROM config_pauses WHERE key = 'reqid-cli'`) != paused {
+		t.Fatalf("lucius pause again with the same --request-id: exit %d %s, or the pause changed", code, stderr)
+	}
+	if stderr, code := pause("another"); code == 0 || !strings.Contains(stderr, "REQUEST_ID_REUSED") {
+		t.Fatalf("lucius pause with the same --request-id and another reason: exit %d %s", code, stderr)
+	}
+
 	// Replays are counted, by method and outcome.
 	resp, err := s.metrics(s.Endpoints.GatewayHTTP)
 	if err != nil {
