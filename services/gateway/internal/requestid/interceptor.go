@@ -12,7 +12,7 @@
 // retry would get again (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION, PERMISSION_DENIED, …). A transient failure
 // (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL,
-// UNKNOWN, CANCELLED) releases the id instead, so the retry runs: the
+// UNKNOWN, CANCELLED) or a panic releases the id instead, so the retry runs: the
 // handlers change state in one transaction, and a failed one changed
 // nothing.
 package requestid
@@ -144,7 +144,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 			}
 			switch res.State {
 			case Reserved:
-				return i.run(ctx, k, res.Token, req, info, handler)
+				return i.run(ctx, k, res.Token, req, handler)
 			case Mismatch:
 				i.count(ctx, k.Method, outcomeRefused)
 				return nil, server.Error(codes.AlreadyExists, luciusv1.ErrorReason_ERROR_REASON_REQUEST_ID_REUSED,
@@ -173,11 +173,22 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 
 // run executes the call holding the reservation and stores its answer, or
 // releases the id after a transient failure.
-func (i *Interceptor) run(ctx context.Context, k Key, token string, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, herr := handler(ctx, req)
+func (i *Interceptor) run(ctx context.Context, k Key, token string, req any, handler grpc.UnaryHandler) (resp any, herr error) {
 	// The answer is stored even when the caller has gone: its retry wants it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	defer func() {
+		// A handler that panicked (answered INTERNAL by the recovery
+		// interceptor outside) changed nothing it committed: forget the id.
+		if p := recover(); p != nil {
+			i.count(ctx, k.Method, outcomeReleased)
+			if err := i.store.Release(sctx, k, token); err != nil {
+				i.log.WarnContext(ctx, "release request id", "method", k.Method, "request_id", k.RequestID, "err", err)
+			}
+			panic(p)
+		}
+	}()
+	resp, herr = handler(ctx, req)
 	st := status.Convert(herr)
 	if herr != nil && !remembered(st.Code()) {
 		i.count(ctx, k.Method, outcomeReleased)

@@ -163,6 +163,23 @@ func TestInterceptorRefusesADuplicateThatWaitsTooLong(t *testing.T) {
 	}
 }
 
+func TestInterceptorForgetsTheIdOfACallThatPanicked(t *testing.T) {
+	t.Parallel()
+	unary, ctx := setupInterceptor(t, Config{})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the handler's panic did not reach the caller")
+			}
+		}()
+		_, _ = unary(ctx, cancelReq("r-1", "x"), cancelInfo, func(context.Context, any) (any, error) { panic("boom") })
+	}()
+	h := &fakeHandler{}
+	if _, err := unary(ctx, cancelReq("r-1", "x"), cancelInfo, h.handle); err != nil || h.calls.Load() != 1 {
+		t.Fatalf("retry after a panic: %v after %d calls, want it run", err, h.calls.Load())
+	}
+}
+
 func TestCanonicalHashIgnoresTheRequestIDOnly(t *testing.T) {
 	t.Parallel()
 	a, _ := canonicalHash(cancelReq("one", "x"))
