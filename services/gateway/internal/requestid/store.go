@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +81,14 @@ type Reservation struct {
 type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	// lastPurge (unix nanoseconds) spaces the purges purgeEvery apart, so
+	// a busy gateway, or a duplicate polling for an answer, does not
+	// delete on every call.
+	lastPurge atomic.Int64
 }
+
+// purgeEvery is the least time between two purges of one store.
+const purgeEvery = time.Second
 
 // NewStore returns a store over pool (its table comes with Migrations).
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, now: time.Now} }
@@ -90,11 +98,14 @@ const purgeBatch = 100
 
 // Reserve claims k for a request whose canonical form hashes to hash, to be
 // remembered for ttl; a running reservation older than staleAfter with the
-// same hash is taken over. It also deletes a batch of expired ids.
+// same hash is taken over. It also deletes a batch of expired ids, at most
+// once every purgeEvery.
 func (s *Store) Reserve(ctx context.Context, k Key, hash []byte, ttl, staleAfter time.Duration) (Reservation, error) {
 	now := s.now()
-	if _, err := s.pool.Exec(ctx, sqlPurge, now, purgeBatch); err != nil {
-		return Reservation{}, fmt.Errorf("purge request ids: %w", err)
+	if last := s.lastPurge.Load(); now.UnixNano()-last >= int64(purgeEvery) && s.lastPurge.CompareAndSwap(last, now.UnixNano()) {
+		if _, err := s.pool.Exec(ctx, sqlPurge, now, purgeBatch); err != nil {
+			return Reservation{}, fmt.Errorf("purge request ids: %w", err)
+		}
 	}
 	for {
 		var token string
