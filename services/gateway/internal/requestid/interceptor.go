@@ -76,13 +76,14 @@ func (c *Config) defaults() {
 	}
 }
 
-// Validate reports settings that cannot work.
+// Validate reports settings that cannot work (zero values as their defaults).
 func (c Config) Validate() error {
 	if c.TTL < 0 || c.StaleAfter < 0 || c.Wait < 0 || c.Poll < 0 {
 		return errors.New("requestid: durations must not be negative")
 	}
-	if c.TTL != 0 && c.StaleAfter != 0 && c.StaleAfter >= c.TTL {
-		return errors.New("requestid: StaleAfter must be shorter than TTL")
+	c.defaults()
+	if c.StaleAfter >= c.TTL {
+		return fmt.Errorf("requestid: StaleAfter (%s) must be shorter than TTL (%s)", c.StaleAfter, c.TTL)
 	}
 	return nil
 }

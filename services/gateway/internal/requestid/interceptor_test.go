@@ -180,6 +180,24 @@ func TestInterceptorForgetsTheIdOfACallThatPanicked(t *testing.T) {
 	}
 }
 
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"defaults", Config{}, true},
+		{"a shorter TTL with a shorter StaleAfter", Config{TTL: time.Hour, StaleAfter: time.Minute}, true},
+		{"a TTL shorter than the default StaleAfter", Config{TTL: 5 * time.Minute}, false},
+		{"a negative wait", Config{Wait: -time.Second}, false},
+	} {
+		if err := tt.cfg.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}
+
 func TestCanonicalHashIgnoresTheRequestIDOnly(t *testing.T) {
 	t.Parallel()
 	a, _ := canonicalHash(cancelReq("one", "x"))
