@@ -54,7 +54,6 @@ require (
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 require (
@@ -82,6 +81,7 @@ require (
 	github.com/pressly/goose/v3 v3.30.0
 	go.opentelemetry.io/contrib/exporters/autoexport v0.72.0
 	go.opentelemetry.io/proto/otlp v1.11.1
+	google.golang.org/genproto/googleapis/api v0.0.0-20261110000943-09e21b237f2c
 )
 
 replace github.com/lucius-platform/lucius/contract => ../contract

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -183,23 +185,15 @@ func rolesText(rs []Role) string {
 	return "role(s) " + strings.Join(s, ", ")
 }
 
-// Reasons of the ErrorInfo on refused calls.
-const (
-	ReasonUnauthenticated     = "UNAUTHENTICATED"
-	ReasonPermissionDenied    = "PERMISSION_DENIED"
-	ReasonTenantNotHeld       = "TENANT_NOT_HELD"
-	ReasonCallbackTokenDenied = "CALLBACK_TOKEN_INVALID"
-)
-
 // Unauthenticated is the status of a call without valid credentials
 // (HTTP 401 with WWW-Authenticate on REST).
 func Unauthenticated(err error) error {
-	return server.Error(codes.Unauthenticated, ReasonUnauthenticated, "authentication required: "+err.Error()).Err()
+	return server.Error(codes.Unauthenticated, luciusv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED, "authentication required: "+err.Error()).Err()
 }
 
 // PermissionDenied is the status of an authenticated call its roles do not allow (HTTP 403).
 func PermissionDenied(msg string) error {
-	return server.Error(codes.PermissionDenied, ReasonPermissionDenied, msg).Err()
+	return server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, msg).Err()
 }
 
 // RequireTenant refuses (PERMISSION_DENIED, reason TENANT_NOT_HELD) a
@@ -210,7 +204,7 @@ func RequireTenant(ctx context.Context, tenant string) error {
 	if p.CanActFor(tenant) {
 		return nil
 	}
-	return server.Error(codes.PermissionDenied, ReasonTenantNotHeld,
+	return server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD,
 		"the caller may not act for tenant "+NormalizeTenant(tenant), "tenant_id", NormalizeTenant(tenant)).Err()
 }
 

@@ -1,6 +1,8 @@
 package server
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"context"
 	"errors"
 	"fmt"
@@ -16,11 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
-
-// ReasonRequestTooLarge is the ErrorInfo reason of a request refused for its
-// size: HTTP 413 on REST. Over gRPC the server's own RESOURCE_EXHAUSTED
-// ("received message larger than max") says it, without details.
-const ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
 
 // Defaults of Limits.
 const (
@@ -155,7 +152,7 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 
 // tooLargeStatus is the status of a request over max bytes.
 func tooLargeStatus(max int64) *status.Status {
-	return Error(codes.ResourceExhausted, ReasonRequestTooLarge,
+	return Error(codes.ResourceExhausted, luciusv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE,
 		fmt.Sprintf("the request is larger than this server takes (%d bytes)", max), "limit_bytes", strconv.FormatInt(max, 10))
 }
 

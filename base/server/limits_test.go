@@ -210,7 +210,7 @@ func TestRESTAnswers413ForBodiesOverTheLimit(t *testing.T) {
 			if err := json.Unmarshal(body, &st); err != nil {
 				t.Fatalf("body %q: %v", body, err)
 			}
-			if st.Code != int(codes.ResourceExhausted) || len(st.Details) != 1 || st.Details[0].Reason != ReasonRequestTooLarge ||
+			if st.Code != int(codes.ResourceExhausted) || len(st.Details) != 1 || st.Details[0].Reason != Reason(luciusv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE) ||
 				st.Details[0].Metadata["limit_bytes"] != "1048576" {
 				t.Fatalf("body %s", body)
 			}

@@ -101,12 +101,14 @@ func (s validatingStream) RecvMsg(m any) error {
 }
 
 // validate answers a message that breaks the contract's rules with
-// INVALID_ARGUMENT and its field violations.
+// INVALID_ARGUMENT and its field violations, after clearing its OUTPUT_ONLY
+// fields (ignored on input, AIP-203).
 func validate(v protovalidate.Validator, req any) error {
 	msg, ok := req.(proto.Message)
 	if !ok {
 		return nil
 	}
+	ClearOutputOnly(msg)
 	if err := v.Validate(msg); err != nil {
 		var verr *protovalidate.ValidationError
 		if errors.As(err, &verr) {

@@ -1,17 +1,14 @@
 package config
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 )
-
-// ReasonRefOutsideFileRoots: a file:// ref names a path outside every
-// operator-configured root (LUCIUS_FILE_ROOTS), directly, through "..", or
-// through a symbolic link.
-const ReasonRefOutsideFileRoots = "REF_OUTSIDE_FILE_ROOTS"
 
 // FileRoots are the folders file:// refs may name (LUCIUS_FILE_ROOTS). They
 // are a process setting, not live configuration: they describe the machine's
@@ -49,7 +46,7 @@ func ParseFileRoots(list string) (FileRoots, error) {
 // out of it is refused. nil means allowed.
 func (r FileRoots) Check(path string) *RefProblem {
 	outside := func(format string, args ...any) *RefProblem {
-		return &RefProblem{Reason: ReasonRefOutsideFileRoots, Description: fmt.Sprintf(format, args...)}
+		return &RefProblem{Reason: luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS, Description: fmt.Sprintf(format, args...)}
 	}
 	if len(r) == 0 {
 		return outside("file refs are not allowed: the operator configured no file roots (LUCIUS_FILE_ROOTS)")

@@ -1,6 +1,8 @@
 package config
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,7 +92,7 @@ func TestFileRootsCheckConfinesPathsToRoots(t *testing.T) {
 		if tt.allowed != (got == nil) {
 			t.Errorf("Check(%s) = %+v, want allowed %v", tt.path, got, tt.allowed)
 		}
-		if got != nil && (got.Reason != ReasonRefOutsideFileRoots || got.Description == "") {
+		if got != nil && (got.Reason != luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS || got.Description == "") {
 			t.Errorf("Check(%s) = %+v", tt.path, got)
 		}
 	}

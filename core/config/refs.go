@@ -1,6 +1,8 @@
 package config
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"fmt"
 	"net/url"
 	"path"
@@ -8,17 +10,9 @@ import (
 	"strings"
 )
 
-// Reasons a ref is refused, each its own ErrorInfo reason for callers.
-const (
-	ReasonInvalidRef            = "INVALID_REF"
-	ReasonRefSchemeNotAllowed   = "REF_SCHEME_NOT_ALLOWED"
-	ReasonRefHostNotAllowed     = "REF_HOST_NOT_ALLOWED"
-	ReasonRefContainerForbidden = "REF_CONTAINER_NOT_ALLOWED"
-)
-
 // RefProblem says why a ref is refused.
 type RefProblem struct {
-	Reason      string
+	Reason      luciusv1.ErrorReason
 	Description string
 }
 
@@ -38,7 +32,7 @@ type Ref struct {
 // a path, like https).
 func ParseRef(ref string) (Ref, *RefProblem) {
 	invalid := func(format string, args ...any) (Ref, *RefProblem) {
-		return Ref{}, &RefProblem{Reason: ReasonInvalidRef, Description: fmt.Sprintf(format, args...)}
+		return Ref{}, &RefProblem{Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_REF, Description: fmt.Sprintf(format, args...)}
 	}
 	u, err := url.Parse(ref)
 	if err != nil || u.Scheme == "" || u.Opaque != "" {
@@ -81,15 +75,15 @@ func (p RefPolicy) CheckRef(ref string) *RefProblem {
 		return problem
 	}
 	if len(p.Schemes) > 0 && !slices.Contains(p.Schemes, r.Scheme) {
-		return &RefProblem{Reason: ReasonRefSchemeNotAllowed,
+		return &RefProblem{Reason: luciusv1.ErrorReason_ERROR_REASON_REF_SCHEME_NOT_ALLOWED,
 			Description: fmt.Sprintf("scheme %q is not allowed; allowed: %s", r.Scheme, strings.Join(p.Schemes, ", "))}
 	}
 	if len(p.Hosts) > 0 && r.Host != "" && !hostAllowed(p.Hosts, r.Host) {
-		return &RefProblem{Reason: ReasonRefHostNotAllowed,
+		return &RefProblem{Reason: luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED,
 			Description: fmt.Sprintf("host or account %q is not allowed; allowed: %s", r.Host, strings.Join(p.Hosts, ", "))}
 	}
 	if len(p.Containers) > 0 && !slices.Contains(p.Containers, r.Container) {
-		return &RefProblem{Reason: ReasonRefContainerForbidden,
+		return &RefProblem{Reason: luciusv1.ErrorReason_ERROR_REASON_REF_CONTAINER_NOT_ALLOWED,
 			Description: fmt.Sprintf("container %q is not allowed; allowed: %s", r.Container, strings.Join(p.Containers, ", "))}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package config
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"slices"
 	"strings"
 	"testing"
@@ -11,36 +13,37 @@ func TestCheckRef(t *testing.T) {
 	policy := RefPolicy{Schemes: []string{"file", "https", "az"}, Hosts: []string{"*.blob.core.windows.net", "rmhazuregeo"},
 		Containers: []string{"bronze", "silver", "data"}}
 	tests := []struct {
-		ref, reason string
+		ref    string
+		reason luciusv1.ErrorReason
 	}{
-		{"file:///data/in.pdf", ""},
-		{"file://localhost/data/in.pdf", ""},
-		{"https://rmh.blob.core.windows.net/bronze/a/b.tif", ""},
-		{"HTTPS://RMH.BLOB.CORE.WINDOWS.NET/bronze/x", ""},
-		{"az://rmhazuregeo/silver/cog.tif", ""},
-		{"", ReasonInvalidRef},
-		{"relative/path", ReasonInvalidRef},
-		{"mailto:someone@example.com", ReasonInvalidRef},
-		{"file://server/data/x", ReasonInvalidRef},
-		{"file:///", ReasonInvalidRef},
-		{"file:///data/../etc/passwd", ReasonInvalidRef},
-		{"https://rmh.blob.core.windows.net/bronze", ReasonInvalidRef},
-		{"https://rmh.blob.core.windows.net/", ReasonInvalidRef},
-		{"https://user:secret@rmh.blob.core.windows.net/bronze/x", ReasonInvalidRef},
-		{"s3://bucket/bronze/x", ReasonRefSchemeNotAllowed},
-		{"https://evil.example.com/bronze/x", ReasonRefHostNotAllowed},
-		{"https://blob.core.windows.net/bronze/x", ReasonRefHostNotAllowed}, // the wildcard needs a subdomain
-		{"https://x.blob.core.windows.net.evil.com/bronze/x", ReasonRefHostNotAllowed},
-		{"az://otheraccount/bronze/x", ReasonRefHostNotAllowed},
-		{"az://rmhazuregeo/gold/x", ReasonRefContainerForbidden},
-		{"file:///etc/passwd", ReasonRefContainerForbidden},
+		{"file:///data/in.pdf", luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED},
+		{"file://localhost/data/in.pdf", luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED},
+		{"https://rmh.blob.core.windows.net/bronze/a/b.tif", luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED},
+		{"HTTPS://RMH.BLOB.CORE.WINDOWS.NET/bronze/x", luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED},
+		{"az://rmhazuregeo/silver/cog.tif", luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED},
+		{"", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"relative/path", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"mailto:someone@example.com", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"file://server/data/x", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"file:///", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"file:///data/../etc/passwd", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"https://rmh.blob.core.windows.net/bronze", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"https://rmh.blob.core.windows.net/", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"https://user:secret@rmh.blob.core.windows.net/bronze/x", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF},
+		{"s3://bucket/bronze/x", luciusv1.ErrorReason_ERROR_REASON_REF_SCHEME_NOT_ALLOWED},
+		{"https://evil.example.com/bronze/x", luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED},
+		{"https://blob.core.windows.net/bronze/x", luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED}, // the wildcard needs a subdomain
+		{"https://x.blob.core.windows.net.evil.com/bronze/x", luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED},
+		{"az://otheraccount/bronze/x", luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED},
+		{"az://rmhazuregeo/gold/x", luciusv1.ErrorReason_ERROR_REASON_REF_CONTAINER_NOT_ALLOWED},
+		{"file:///etc/passwd", luciusv1.ErrorReason_ERROR_REASON_REF_CONTAINER_NOT_ALLOWED},
 	}
 	for _, tt := range tests {
 		got := policy.CheckRef(tt.ref)
 		switch {
-		case tt.reason == "" && got != nil:
+		case tt.reason == luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED && got != nil:
 			t.Errorf("%q refused: %+v", tt.ref, got)
-		case tt.reason != "" && (got == nil || got.Reason != tt.reason):
+		case tt.reason != luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED && (got == nil || got.Reason != tt.reason):
 			t.Errorf("%q: %+v, want %s", tt.ref, got, tt.reason)
 		case got != nil && got.Description == "":
 			t.Errorf("%q: no description", tt.ref)

@@ -218,6 +218,11 @@ func callRetrying(ctx context.Context, b Backoff, callTimeout time.Duration, dea
 		case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.AlreadyExists:
 			return verdictRejected, err
 		}
+		// A callback token Lucius refused (expired, or naming another
+		// attempt) stays refused however often it is sent.
+		if server.ReasonOf(err) == luciusv1.ErrorReason_ERROR_REASON_CALLBACK_TOKEN_INVALID {
+			return verdictRejected, err
+		}
 		wait := b.Delay(attempt)
 		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
 			return 0, errors.Join(errGaveUp, err)

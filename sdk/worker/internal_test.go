@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"github.com/lucius-platform/lucius/base/server"
+
 	"context"
 	"errors"
 	"net"
@@ -66,6 +68,8 @@ func TestCallRetryingVerdicts(t *testing.T) {
 		{"retries unavailable", []error{status.Error(codes.Unavailable, ""), status.Error(codes.Internal, "")}, 0, verdictAnswered, nil, 3},
 		{"not found stops", []error{status.Error(codes.NotFound, "")}, 0, verdictNotFound, nil, 1},
 		{"invalid argument stops", []error{status.Error(codes.InvalidArgument, "")}, 0, verdictRejected, nil, 1},
+		{"refused callback token stops", []error{server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_CALLBACK_TOKEN_INVALID, "").Err()}, 0, verdictRejected, nil, 1},
+		{"other permission denials retry", []error{status.Error(codes.PermissionDenied, "")}, 0, verdictAnswered, nil, 2},
 		{"gives up at deadline", []error{status.Error(codes.Unavailable, ""), status.Error(codes.Unavailable, ""),
 			status.Error(codes.Unavailable, ""), status.Error(codes.Unavailable, ""), status.Error(codes.Unavailable, "")}, 3 * time.Millisecond, 0, errGaveUp, 0},
 	} {

@@ -21,7 +21,6 @@ import (
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/config"
 )
 
 const sampleText = `Lucius orchestrates multi-step work for partner teams.
@@ -249,14 +248,14 @@ func TestInvalidEnvelopesAreRejectedWithoutWritingAnything(t *testing.T) {
 		field  string
 		reason string
 	}{
-		{"missing tenant_id", func(b map[string]any) { delete(b, "tenant_id") }, "command.tenant_id", server.ReasonInvalidArgument},
-		{"unknown request_type", func(b map[string]any) { b["request_type"] = "TRANSLATE" }, "command.request_type", server.ReasonUnknownRequestType},
-		{"wrong schema_version", func(b map[string]any) { b["schema_version"] = "3" }, "command.schema_version", server.ReasonUnsupportedSchema},
-		{"malformed input_ref", func(b map[string]any) { b["input_ref"] = "::not-a-url" }, "command.input_ref", server.ReasonInvalidArgument},
-		{"relative output_ref", func(b map[string]any) { b["output_ref"] = "file:relative/out.json" }, "command.output_ref", server.ReasonInvalidRef},
-		{"SIS without prompt_set", func(b map[string]any) { b["payload"] = map[string]any{"chunk_size": 10} }, "command.payload.prompt_set", server.ReasonInvalidPayload},
-		{"input outside the file roots", func(b map[string]any) { b["input_ref"] = "file:///etc/passwd" }, "command.input_ref", config.ReasonRefOutsideFileRoots},
-		{"output escaping the roots", func(b map[string]any) { b["output_ref"] = "file://" + s.inputs + "/%2E%2E/pg/x" }, "command.output_ref", server.ReasonInvalidRef},
+		{"missing tenant_id", func(b map[string]any) { delete(b, "tenant_id") }, "command.tenant_id", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
+		{"unknown request_type", func(b map[string]any) { b["request_type"] = "TRANSLATE" }, "command.request_type", server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNKNOWN_REQUEST_TYPE)},
+		{"wrong schema_version", func(b map[string]any) { b["schema_version"] = "3" }, "command.schema_version", server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNSUPPORTED_SCHEMA_VERSION)},
+		{"malformed input_ref", func(b map[string]any) { b["input_ref"] = "::not-a-url" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
+		{"relative output_ref", func(b map[string]any) { b["output_ref"] = "file:relative/out.json" }, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"SIS without prompt_set", func(b map[string]any) { b["payload"] = map[string]any{"chunk_size": 10} }, "command.payload.prompt_set", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD)},
+		{"input outside the file roots", func(b map[string]any) { b["input_ref"] = "file:///etc/passwd" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS)},
+		{"output escaping the roots", func(b map[string]any) { b["output_ref"] = "file://" + s.inputs + "/%2E%2E/pg/x" }, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
 		{"callback at IPv6 loopback", func(b map[string]any) { b["callback_url"] = "http://[::1]:8080/hook" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},
 		{"callback at the metadata address", func(b map[string]any) { b["callback_url"] = "http://169.254.169.254/latest/meta-data/" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},
 		{"callback at a private address", func(b map[string]any) { b["callback_url"] = "https://10.0.0.1/hook" }, "command.callback_url", "CALLBACK_URL_FORBIDDEN"},

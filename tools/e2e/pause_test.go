@@ -53,8 +53,8 @@ func TestPauseAndResumeATenant(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body["message"].(string), "paused") {
 		t.Fatalf("a submit while refusing: %d %v", code, body)
 	}
-	if reason, _ := restReason(body); reason != server.ReasonWorkPaused {
-		t.Fatalf("a refused submit's reason %q, want %s: %v", reason, server.ReasonWorkPaused, body)
+	if reason, _ := restReason(body); reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_WORK_PAUSED) {
+		t.Fatalf("a refused submit's reason %q, want %s: %v", reason, server.Reason(luciusv1.ErrorReason_ERROR_REASON_WORK_PAUSED), body)
 	}
 
 	if _, stderr, code := s.cli(op, "resume", "--tenant", "acme"); code != 0 {
@@ -63,7 +63,7 @@ func TestPauseAndResumeATenant(t *testing.T) {
 	if job := s.waitJob(paused, 60*time.Second); job.GetStatus() != luciusv1.JobStatus_JOB_STATUS_SUCCEEDED {
 		t.Fatalf("the paused job after resume: %s %s", job.GetStatus(), job.GetReason())
 	}
-	if _, stderr, code := s.cli(op, "resume", "--tenant", "acme"); code != 6 || !strings.Contains(stderr, server.ReasonPauseNotFound) {
+	if _, stderr, code := s.cli(op, "resume", "--tenant", "acme"); code != 6 || !strings.Contains(stderr, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PAUSE_NOT_FOUND)) {
 		t.Fatalf("resume again: exit %d %s", code, stderr)
 	}
 }

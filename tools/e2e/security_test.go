@@ -201,8 +201,8 @@ func TestSecurityRulesHoldOverRESTAndGRPC(t *testing.T) {
 	t.Run("submitting for a tenant not held is 403", func(t *testing.T) {
 		if code, _, out := s.restAs(evil, "POST", "/v1/commands", command("acme")); code != http.StatusForbidden {
 			t.Fatalf("evil submits as acme over REST: %d %v, want 403", code, out)
-		} else if reason, _ := restReason(out); reason != auth.ReasonTenantNotHeld {
-			t.Fatalf("reason %q, want %s", reason, auth.ReasonTenantNotHeld)
+		} else if reason, _ := restReason(out); reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD) {
+			t.Fatalf("reason %q, want %s", reason, server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD))
 		}
 		cmd := &luciusv1.Command{TenantId: "acme", RequestType: "E2E_MANUAL", SchemaVersion: "1", InputRef: s.input("secure.txt", "x"),
 			OutputRef: "file://" + s.inputs + "/out/evil", Payload: &structpb.Struct{}}

@@ -688,10 +688,16 @@ func (x *ListAssetRevisionsResponse) GetNextPageToken() string {
 
 // RollbackAssetRequest names the revision to make current.
 type RollbackAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Revision      int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Revision int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -747,6 +753,13 @@ func (x *RollbackAssetRequest) GetRevision() int32 {
 	return 0
 }
 
+func (x *RollbackAssetRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // RollbackAssetResponse carries the asset as it now is.
 type RollbackAssetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -794,9 +807,15 @@ func (x *RollbackAssetResponse) GetAsset() *Asset {
 
 // DeleteAssetRequest names the asset to soft-delete.
 type DeleteAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,6 +860,13 @@ func (x *DeleteAssetRequest) GetAssetId() string {
 func (x *DeleteAssetRequest) GetTenantId() string {
 	if x != nil {
 		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteAssetRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -897,7 +923,13 @@ type SetAssetApprovalRequest struct {
 	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	ApprovalState ApprovalState          `protobuf:"varint,3,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
 	// Why, e.g. "metadata incomplete".
-	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +992,13 @@ func (x *SetAssetApprovalRequest) GetNote() string {
 	return ""
 }
 
+func (x *SetAssetApprovalRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // SetAssetApprovalResponse carries the asset as it now is.
 type SetAssetApprovalResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1009,94 +1048,91 @@ var File_lucius_v1_asset_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_asset_proto_rawDesc = "" +
 	"\n" +
-	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x98\a\n" +
-	"\x05Asset\x12\x19\n" +
-	"\basset_id\x18\x01 \x01(\tR\aassetId\x12\x1b\n" +
-	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x1f\n" +
-	"\vplatform_id\x18\x03 \x01(\tR\n" +
-	"platformId\x12G\n" +
-	"\rplatform_refs\x18\x04 \x03(\v2\".lucius.v1.Asset.PlatformRefsEntryR\fplatformRefs\x12\x1c\n" +
-	"\trevisions\x18\x05 \x01(\x05R\trevisions\x12)\n" +
-	"\x10current_revision\x18\x06 \x01(\x05R\x0fcurrentRevision\x12$\n" +
-	"\x0ecurrent_job_id\x18\a \x01(\tR\fcurrentJobId\x12!\n" +
-	"\fcontent_hash\x18\b \x01(\tR\vcontentHash\x12A\n" +
-	"\x11processing_status\x18\t \x01(\x0e2\x14.lucius.v1.JobStatusR\x10processingStatus\x12\x1d\n" +
+	"\x15lucius/v1/asset.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13lucius/v1/job.proto\"\x84\b\n" +
+	"\x05Asset\x12\x1f\n" +
+	"\basset_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\aassetId\x12!\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\btenantId\x12%\n" +
+	"\vplatform_id\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"platformId\x12M\n" +
+	"\rplatform_refs\x18\x04 \x03(\v2\".lucius.v1.Asset.PlatformRefsEntryB\x04\xe2A\x01\x03R\fplatformRefs\x12\"\n" +
+	"\trevisions\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\trevisions\x12/\n" +
+	"\x10current_revision\x18\x06 \x01(\x05B\x04\xe2A\x01\x03R\x0fcurrentRevision\x12*\n" +
+	"\x0ecurrent_job_id\x18\a \x01(\tB\x04\xe2A\x01\x03R\fcurrentJobId\x12'\n" +
+	"\fcontent_hash\x18\b \x01(\tB\x04\xe2A\x01\x03R\vcontentHash\x12G\n" +
+	"\x11processing_status\x18\t \x01(\x0e2\x14.lucius.v1.JobStatusB\x04\xe2A\x01\x03R\x10processingStatus\x12#\n" +
 	"\n" +
 	"created_by\x18\n" +
-	" \x01(\tR\tcreatedBy\x12;\n" +
-	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12;\n" +
-	"\vdelete_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\x12\x1d\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\tcreatedBy\x12A\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12A\n" +
+	"\vdelete_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"deleteTime\x12#\n" +
 	"\n" +
-	"deleted_by\x18\x0e \x01(\tR\tdeletedBy\x12?\n" +
-	"\x0eapproval_state\x18\x0f \x01(\x0e2\x18.lucius.v1.ApprovalStateR\rapprovalState\x12#\n" +
-	"\rapproval_note\x18\x10 \x01(\tR\fapprovalNote\x12.\n" +
-	"\x13approval_updated_by\x18\x11 \x01(\tR\x11approvalUpdatedBy\x12L\n" +
-	"\x14approval_update_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x12approvalUpdateTime\x1a?\n" +
+	"deleted_by\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\tdeletedBy\x12E\n" +
+	"\x0eapproval_state\x18\x0f \x01(\x0e2\x18.lucius.v1.ApprovalStateB\x04\xe2A\x01\x03R\rapprovalState\x12)\n" +
+	"\rapproval_note\x18\x10 \x01(\tB\x04\xe2A\x01\x03R\fapprovalNote\x124\n" +
+	"\x13approval_updated_by\x18\x11 \x01(\tB\x04\xe2A\x01\x03R\x11approvalUpdatedBy\x12R\n" +
+	"\x14approval_update_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x12approvalUpdateTime\x1a?\n" +
 	"\x11PlatformRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
-	"\rAssetRevision\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x05R\brevision\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12,\n" +
-	"\x06status\x18\x03 \x01(\x0e2\x14.lucius.v1.JobStatusR\x06status\x12!\n" +
-	"\fcontent_hash\x18\x04 \x01(\tR\vcontentHash\x12\x18\n" +
-	"\acurrent\x18\x05 \x01(\bR\acurrent\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12?\n" +
-	"\rcomplete_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"l\n" +
-	"\x0fGetAssetRequest\x120\n" +
-	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\":\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x02\n" +
+	"\rAssetRevision\x12 \n" +
+	"\brevision\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\brevision\x12\x1b\n" +
+	"\x06job_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x122\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x14.lucius.v1.JobStatusB\x04\xe2A\x01\x03R\x06status\x12'\n" +
+	"\fcontent_hash\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\vcontentHash\x12\x1e\n" +
+	"\acurrent\x18\x05 \x01(\bB\x04\xe2A\x01\x03R\acurrent\x12A\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12E\n" +
+	"\rcomplete_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\"t\n" +
+	"\x0fGetAssetRequest\x124\n" +
+	"\basset_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12+\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\":\n" +
 	"\x10GetAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\x8b\x02\n" +
-	"\x12LookupAssetRequest\x12'\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12+\n" +
-	"\vplatform_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\n" +
-	"platformId\x12^\n" +
-	"\rplatform_refs\x18\x03 \x03(\v2/.lucius.v1.LookupAssetRequest.PlatformRefsEntryB\b\xbaH\x05\x9a\x01\x02\x10\x10R\fplatformRefs\x1a?\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\x97\x02\n" +
+	"\x12LookupAssetRequest\x12+\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12/\n" +
+	"\vplatform_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\n" +
+	"platformId\x12b\n" +
+	"\rplatform_refs\x18\x03 \x03(\v2/.lucius.v1.LookupAssetRequest.PlatformRefsEntryB\f\xe2A\x01\x01\xbaH\x05\x9a\x01\x02\x10\x10R\fplatformRefs\x1a?\n" +
 	"\x11PlatformRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
 	"\x13LookupAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xc8\x01\n" +
-	"\x19ListAssetRevisionsRequest\x120\n" +
-	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12'\n" +
-	"\tpage_size\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xd8\x01\n" +
+	"\x19ListAssetRevisionsRequest\x124\n" +
+	"\basset_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12+\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12+\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"|\n" +
+	"page_token\x18\x04 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"|\n" +
 	"\x1aListAssetRevisionsResponse\x126\n" +
 	"\trevisions\x18\x01 \x03(\v2\x18.lucius.v1.AssetRevisionR\trevisions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x14RollbackAssetRequest\x120\n" +
-	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12#\n" +
-	"\brevision\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x01R\brevision\"?\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd8\x01\n" +
+	"\x14RollbackAssetRequest\x124\n" +
+	"\basset_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12+\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12'\n" +
+	"\brevision\x18\x03 \x01(\x05B\v\xe2A\x01\x02\xbaH\x04\x1a\x02(\x01R\brevision\x124\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"?\n" +
 	"\x15RollbackAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"o\n" +
-	"\x12DeleteAssetRequest\x120\n" +
-	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\"=\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xad\x01\n" +
+	"\x12DeleteAssetRequest\x124\n" +
+	"\basset_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12+\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"=\n" +
 	"\x13DeleteAssetResponse\x12&\n" +
-	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xdf\x01\n" +
-	"\x17SetAssetApprovalRequest\x120\n" +
-	"\basset_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12'\n" +
-	"\ttenant_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12K\n" +
-	"\x0eapproval_state\x18\x03 \x01(\x0e2\x18.lucius.v1.ApprovalStateB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\rapprovalState\x12\x1c\n" +
-	"\x04note\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x04note\"B\n" +
+	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset\"\xa5\x02\n" +
+	"\x17SetAssetApprovalRequest\x124\n" +
+	"\basset_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{32}$R\aassetId\x12+\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\btenantId\x12O\n" +
+	"\x0eapproval_state\x18\x03 \x01(\x0e2\x18.lucius.v1.ApprovalStateB\x0e\xe2A\x01\x02\xbaH\a\x82\x01\x04\x10\x01 \x00R\rapprovalState\x12 \n" +
+	"\x04note\x18\x04 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\bR\x04note\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"B\n" +
 	"\x18SetAssetApprovalResponse\x12&\n" +
 	"\x05asset\x18\x01 \x01(\v2\x10.lucius.v1.AssetR\x05asset*\x85\x01\n" +
 	"\rApprovalState\x12\x1e\n" +

@@ -39,21 +39,29 @@ const (
 // NOT_FOUND.
 type AssetServiceClient interface {
 	// GetAsset returns an asset by id.
+	// Reasons: ASSET_NOT_FOUND.
 	GetAsset(ctx context.Context, in *GetAssetRequest, opts ...grpc.CallOption) (*GetAssetResponse, error)
 	// LookupAsset finds the asset a platform's identifiers name.
+	// Reasons: ASSET_NOT_FOUND.
 	LookupAsset(ctx context.Context, in *LookupAssetRequest, opts ...grpc.CallOption) (*LookupAssetResponse, error)
 	// ListAssetRevisions lists an asset's revisions, newest first, with their jobs.
+	// Reasons: ASSET_NOT_FOUND.
 	ListAssetRevisions(ctx context.Context, in *ListAssetRevisionsRequest, opts ...grpc.CallOption) (*ListAssetRevisionsResponse, error)
 	// RollbackAsset makes an earlier succeeded revision current again, without
 	// re-running anything.
+	// Reasons: ASSET_NOT_FOUND, REVISION_NOT_SUCCEEDED, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	RollbackAsset(ctx context.Context, in *RollbackAssetRequest, opts ...grpc.CallOption) (*RollbackAssetResponse, error)
 	// DeleteAsset soft-deletes an asset: it stays readable, and commands naming
 	// it are refused (ASSET_DELETED).
+	// Reasons: ASSET_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	DeleteAsset(ctx context.Context, in *DeleteAssetRequest, opts ...grpc.CallOption) (*DeleteAssetResponse, error)
 	// SetAssetApproval records the partner platform's review of an asset
 	// (business state, seed 001 §7.3): Lucius stores it and never changes it
 	// itself; processing does not depend on it. A deleted asset is refused
 	// (ASSET_DELETED).
+	// Reasons: ASSET_NOT_FOUND, ASSET_DELETED, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	SetAssetApproval(ctx context.Context, in *SetAssetApprovalRequest, opts ...grpc.CallOption) (*SetAssetApprovalResponse, error)
 }
 
@@ -137,21 +145,29 @@ func (c *assetServiceClient) SetAssetApproval(ctx context.Context, in *SetAssetA
 // NOT_FOUND.
 type AssetServiceServer interface {
 	// GetAsset returns an asset by id.
+	// Reasons: ASSET_NOT_FOUND.
 	GetAsset(context.Context, *GetAssetRequest) (*GetAssetResponse, error)
 	// LookupAsset finds the asset a platform's identifiers name.
+	// Reasons: ASSET_NOT_FOUND.
 	LookupAsset(context.Context, *LookupAssetRequest) (*LookupAssetResponse, error)
 	// ListAssetRevisions lists an asset's revisions, newest first, with their jobs.
+	// Reasons: ASSET_NOT_FOUND.
 	ListAssetRevisions(context.Context, *ListAssetRevisionsRequest) (*ListAssetRevisionsResponse, error)
 	// RollbackAsset makes an earlier succeeded revision current again, without
 	// re-running anything.
+	// Reasons: ASSET_NOT_FOUND, REVISION_NOT_SUCCEEDED, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	RollbackAsset(context.Context, *RollbackAssetRequest) (*RollbackAssetResponse, error)
 	// DeleteAsset soft-deletes an asset: it stays readable, and commands naming
 	// it are refused (ASSET_DELETED).
+	// Reasons: ASSET_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	DeleteAsset(context.Context, *DeleteAssetRequest) (*DeleteAssetResponse, error)
 	// SetAssetApproval records the partner platform's review of an asset
 	// (business state, seed 001 §7.3): Lucius stores it and never changes it
 	// itself; processing does not depend on it. A deleted asset is refused
 	// (ASSET_DELETED).
+	// Reasons: ASSET_NOT_FOUND, ASSET_DELETED, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	SetAssetApproval(context.Context, *SetAssetApprovalRequest) (*SetAssetApprovalResponse, error)
 	mustEmbedUnimplementedAssetServiceServer()
 }

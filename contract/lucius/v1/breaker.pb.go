@@ -495,9 +495,15 @@ func (x *GetCircuitBreakerResponse) GetTransitions() []*CircuitTransition {
 
 // ResetCircuitBreakerRequest names a service and says why.
 type ResetCircuitBreakerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +548,13 @@ func (x *ResetCircuitBreakerRequest) GetService() string {
 func (x *ResetCircuitBreakerRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResetCircuitBreakerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -595,47 +608,48 @@ var File_lucius_v1_breaker_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_breaker_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/breaker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x02\n" +
-	"\x0eCircuitBreaker\x12\x18\n" +
-	"\aservice\x18\x01 \x01(\tR\aservice\x12-\n" +
-	"\x05state\x18\x02 \x01(\x0e2\x17.lucius.v1.CircuitStateR\x05state\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
-	"\ffailure_rate\x18\x04 \x01(\x01R\vfailureRate\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x05R\battempts\x12;\n" +
-	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x129\n" +
+	"\x17lucius/v1/breaker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x03\n" +
+	"\x0eCircuitBreaker\x12\x1e\n" +
+	"\aservice\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\aservice\x123\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x17.lucius.v1.CircuitStateB\x04\xe2A\x01\x03R\x05state\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12'\n" +
+	"\ffailure_rate\x18\x04 \x01(\x01B\x04\xe2A\x01\x03R\vfailureRate\x12 \n" +
+	"\battempts\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\battempts\x12A\n" +
+	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12?\n" +
 	"\n" +
-	"retry_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tretryTime\x12\x1d\n" +
+	"retry_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tretryTime\x12#\n" +
 	"\n" +
-	"held_steps\x18\b \x01(\x05R\theldSteps\x12\x1d\n" +
+	"held_steps\x18\b \x01(\x05B\x04\xe2A\x01\x03R\theldSteps\x12#\n" +
 	"\n" +
-	"updated_by\x18\t \x01(\tR\tupdatedBy\"\xb1\x02\n" +
-	"\x11CircuitTransition\x126\n" +
+	"updated_by\x18\t \x01(\tB\x04\xe2A\x01\x03R\tupdatedBy\"\xdb\x02\n" +
+	"\x11CircuitTransition\x12<\n" +
 	"\n" +
-	"from_state\x18\x01 \x01(\x0e2\x17.lucius.v1.CircuitStateR\tfromState\x122\n" +
-	"\bto_state\x18\x02 \x01(\x0e2\x17.lucius.v1.CircuitStateR\atoState\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
-	"\ffailure_rate\x18\x04 \x01(\x01R\vfailureRate\x12\x1a\n" +
-	"\battempts\x18\x05 \x01(\x05R\battempts\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12;\n" +
-	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"n\n" +
-	"\x1aListCircuitBreakersRequest\x12'\n" +
-	"\tpage_size\x18\x01 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"from_state\x18\x01 \x01(\x0e2\x17.lucius.v1.CircuitStateB\x04\xe2A\x01\x03R\tfromState\x128\n" +
+	"\bto_state\x18\x02 \x01(\x0e2\x17.lucius.v1.CircuitStateB\x04\xe2A\x01\x03R\atoState\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12'\n" +
+	"\ffailure_rate\x18\x04 \x01(\x01B\x04\xe2A\x01\x03R\vfailureRate\x12 \n" +
+	"\battempts\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\battempts\x12\"\n" +
+	"\tprincipal\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\tprincipal\x12A\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\"v\n" +
+	"\x1aListCircuitBreakersRequest\x12+\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x8b\x01\n" +
+	"page_token\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"\x8b\x01\n" +
 	"\x1bListCircuitBreakersResponse\x12D\n" +
 	"\x10circuit_breakers\x18\x01 \x03(\v2\x19.lucius.v1.CircuitBreakerR\x0fcircuitBreakers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n" +
-	"\x18GetCircuitBreakerRequest\x12#\n" +
-	"\aservice\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aservice\"\x9f\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x18GetCircuitBreakerRequest\x12'\n" +
+	"\aservice\x18\x01 \x01(\tB\r\xe2A\x01\x02\xbaH\x06r\x04\x10\x01\x18@R\aservice\"\x9f\x01\n" +
 	"\x19GetCircuitBreakerResponse\x12B\n" +
 	"\x0fcircuit_breaker\x18\x01 \x01(\v2\x19.lucius.v1.CircuitBreakerR\x0ecircuitBreaker\x12>\n" +
-	"\vtransitions\x18\x02 \x03(\v2\x1c.lucius.v1.CircuitTransitionR\vtransitions\"c\n" +
-	"\x1aResetCircuitBreakerRequest\x12#\n" +
-	"\aservice\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aservice\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"a\n" +
+	"\vtransitions\x18\x02 \x03(\v2\x1c.lucius.v1.CircuitTransitionR\vtransitions\"\xa1\x01\n" +
+	"\x1aResetCircuitBreakerRequest\x12'\n" +
+	"\aservice\x18\x01 \x01(\tB\r\xe2A\x01\x02\xbaH\x06r\x04\x10\x01\x18@R\aservice\x12$\n" +
+	"\x06reason\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"a\n" +
 	"\x1bResetCircuitBreakerResponse\x12B\n" +
 	"\x0fcircuit_breaker\x18\x01 \x01(\v2\x19.lucius.v1.CircuitBreakerR\x0ecircuitBreaker*|\n" +
 	"\fCircuitState\x12\x1d\n" +

@@ -44,6 +44,7 @@ type CircuitBreakerServiceClient interface {
 	GetCircuitBreaker(ctx context.Context, in *GetCircuitBreakerRequest, opts ...grpc.CallOption) (*GetCircuitBreakerResponse, error)
 	// ResetCircuitBreaker closes a breaker at once; the steps it held are
 	// dispatched within a few seconds.
+	// Reasons: REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ResetCircuitBreaker(ctx context.Context, in *ResetCircuitBreakerRequest, opts ...grpc.CallOption) (*ResetCircuitBreakerResponse, error)
 }
 
@@ -105,6 +106,7 @@ type CircuitBreakerServiceServer interface {
 	GetCircuitBreaker(context.Context, *GetCircuitBreakerRequest) (*GetCircuitBreakerResponse, error)
 	// ResetCircuitBreaker closes a breaker at once; the steps it held are
 	// dispatched within a few seconds.
+	// Reasons: REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ResetCircuitBreaker(context.Context, *ResetCircuitBreakerRequest) (*ResetCircuitBreakerResponse, error)
 	mustEmbedUnimplementedCircuitBreakerServiceServer()
 }

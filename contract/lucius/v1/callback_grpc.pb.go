@@ -36,21 +36,29 @@ const (
 // outcome that tells the worker to stop, never with a state change.
 type CallbackServiceClient interface {
 	// Ack signals pickup of a directive. It is not authority for completion.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
+	// No request_id (nor on Result, Heartbeat, RecordCheckpoint): callbacks are
+	// fenced by (job, step, attempt, lease) and the callback token; a repeat is
+	// answered with its outcome (DUPLICATE, STALE…), never applied twice.
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
 	// Result reports the end of an attempt. A Result before any Ack implies the Ack.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	Result(ctx context.Context, in *ResultRequest, opts ...grpc.CallOption) (*ResultResponse, error)
 	// Heartbeat extends the lease of an acknowledged attempt by the step's
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// RecordCheckpoint records on the job's audit trail, as a CHECKPOINT_SAVED
 	// event, that an executing attempt saved a checkpoint of its progress in
 	// the job's workspace (seed 001 section 11). It changes no state; a stale
 	// outcome tells the worker its lease is lost.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	RecordCheckpoint(ctx context.Context, in *RecordCheckpointRequest, opts ...grpc.CallOption) (*RecordCheckpointResponse, error)
 	// GetDirective returns the whole directive of an attempt whose bus message
 	// was detached (Directive.detached): too large for the bus, it is kept in
 	// the ledger. NOT_FOUND when the attempt has no detached directive.
+	// Reasons: CALLBACK_TOKEN_INVALID, DIRECTIVE_NOT_FOUND.
 	GetDirective(ctx context.Context, in *GetDirectiveRequest, opts ...grpc.CallOption) (*GetDirectiveResponse, error)
 }
 
@@ -122,21 +130,29 @@ func (c *callbackServiceClient) GetDirective(ctx context.Context, in *GetDirecti
 // outcome that tells the worker to stop, never with a state change.
 type CallbackServiceServer interface {
 	// Ack signals pickup of a directive. It is not authority for completion.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
+	// No request_id (nor on Result, Heartbeat, RecordCheckpoint): callbacks are
+	// fenced by (job, step, attempt, lease) and the callback token; a repeat is
+	// answered with its outcome (DUPLICATE, STALE…), never applied twice.
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
 	// Result reports the end of an attempt. A Result before any Ack implies the Ack.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	Result(context.Context, *ResultRequest) (*ResultResponse, error)
 	// Heartbeat extends the lease of an acknowledged attempt by the step's
 	// timeout, for work that runs long. An attempt whose lease expires goes to
 	// the retry track. A stale outcome tells the worker its lease is lost: stop.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// RecordCheckpoint records on the job's audit trail, as a CHECKPOINT_SAVED
 	// event, that an executing attempt saved a checkpoint of its progress in
 	// the job's workspace (seed 001 section 11). It changes no state; a stale
 	// outcome tells the worker its lease is lost.
+	// Reasons: CALLBACK_TOKEN_INVALID, JOB_NOT_FOUND, STEP_NOT_FOUND.
 	RecordCheckpoint(context.Context, *RecordCheckpointRequest) (*RecordCheckpointResponse, error)
 	// GetDirective returns the whole directive of an attempt whose bus message
 	// was detached (Directive.detached): too large for the bus, it is kept in
 	// the ledger. NOT_FOUND when the attempt has no detached directive.
+	// Reasons: CALLBACK_TOKEN_INVALID, DIRECTIVE_NOT_FOUND.
 	GetDirective(context.Context, *GetDirectiveRequest) (*GetDirectiveResponse, error)
 	mustEmbedUnimplementedCallbackServiceServer()
 }

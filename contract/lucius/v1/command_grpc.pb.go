@@ -33,6 +33,15 @@ type CommandServiceClient interface {
 	// 202 Accepted. Submitting the same (tenant_id, idempotency_key) again returns
 	// the same job id and starts nothing new; the same key with a different
 	// command fails with ALREADY_EXISTS (HTTP 409), reason IDEMPOTENCY_KEY_REUSED.
+	// Reasons: TENANT_NOT_HELD, UNKNOWN_REQUEST_TYPE, UNSUPPORTED_SCHEMA_VERSION,
+	// INVALID_PAYLOAD, INVALID_REF, REF_SCHEME_NOT_ALLOWED, REF_HOST_NOT_ALLOWED,
+	// REF_CONTAINER_NOT_ALLOWED, REF_OUTSIDE_FILE_ROOTS, BURST_REQUIRES_DOC_ID,
+	// BURST_FORBIDDEN, MODE_FORBIDDEN, CALLBACK_URL_FORBIDDEN, WEBHOOK_SECRET_MISSING,
+	// IDEMPOTENCY_KEY_REUSED, ASSET_DELETED, TENANT_LIMIT_REACHED, LANE_LIMIT_REACHED,
+	// GLOBAL_LIMIT_REACHED, TENANT_RATE_LIMITED, KEY_RATE_LIMITED, WORK_PAUSED.
+	// No request_id: Command.idempotency_key is this method's request id
+	// (AIP-155): the same (tenant, key) answers the same job and runs it once;
+	// another command under the key is refused (IDEMPOTENCY_KEY_REUSED).
 	Submit(ctx context.Context, in *SubmitRequest, opts ...grpc.CallOption) (*SubmitResponse, error)
 }
 
@@ -65,6 +74,15 @@ type CommandServiceServer interface {
 	// 202 Accepted. Submitting the same (tenant_id, idempotency_key) again returns
 	// the same job id and starts nothing new; the same key with a different
 	// command fails with ALREADY_EXISTS (HTTP 409), reason IDEMPOTENCY_KEY_REUSED.
+	// Reasons: TENANT_NOT_HELD, UNKNOWN_REQUEST_TYPE, UNSUPPORTED_SCHEMA_VERSION,
+	// INVALID_PAYLOAD, INVALID_REF, REF_SCHEME_NOT_ALLOWED, REF_HOST_NOT_ALLOWED,
+	// REF_CONTAINER_NOT_ALLOWED, REF_OUTSIDE_FILE_ROOTS, BURST_REQUIRES_DOC_ID,
+	// BURST_FORBIDDEN, MODE_FORBIDDEN, CALLBACK_URL_FORBIDDEN, WEBHOOK_SECRET_MISSING,
+	// IDEMPOTENCY_KEY_REUSED, ASSET_DELETED, TENANT_LIMIT_REACHED, LANE_LIMIT_REACHED,
+	// GLOBAL_LIMIT_REACHED, TENANT_RATE_LIMITED, KEY_RATE_LIMITED, WORK_PAUSED.
+	// No request_id: Command.idempotency_key is this method's request id
+	// (AIP-155): the same (tenant, key) answers the same job and runs it once;
+	// another command under the key is refused (IDEMPOTENCY_KEY_REUSED).
 	Submit(context.Context, *SubmitRequest) (*SubmitResponse, error)
 	mustEmbedUnimplementedCommandServiceServer()
 }

@@ -177,6 +177,12 @@ type PauseWorkRequest struct {
 	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +245,13 @@ func (x *PauseWorkRequest) GetRefuseSubmits() bool {
 	return false
 }
 
+func (x *PauseWorkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // PauseWorkResponse is the pause in force.
 type PauseWorkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -286,9 +299,15 @@ func (x *PauseWorkResponse) GetPause() *Pause {
 
 // ResumeWorkRequest names the pause to lift.
 type ResumeWorkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scope         PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +352,13 @@ func (x *ResumeWorkRequest) GetScope() PauseScope {
 func (x *ResumeWorkRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *ResumeWorkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -490,8 +516,9 @@ type GlobalConfig struct {
 	RefPolicy *RefPolicy `protobuf:"bytes,3,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
 	// How long a client told to back off should wait (Retry-After; unset: 1).
 	RetryAfterSeconds int32 `protobuf:"varint,4,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	// Output only. Send it back in an update to fail if someone changed the
-	// configuration meanwhile; 0 replaces unconditionally.
+	// Set by Lucius on every change; not output only: send it back in an
+	// update to fail if someone changed the configuration meanwhile; 0
+	// replaces unconditionally.
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
@@ -749,7 +776,7 @@ type TenantConfig struct {
 	AllowedModes []Mode `protobuf:"varint,4,rep,packed,name=allowed_modes,json=allowedModes,proto3,enum=lucius.v1.Mode" json:"allowed_modes,omitempty"`
 	// The tenant's ref policy (unset: the global one).
 	RefPolicy *RefPolicy `protobuf:"bytes,5,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
-	// Output only; see GlobalConfig.revision.
+	// Set by Lucius; send it back in an update as GlobalConfig.revision says.
 	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
@@ -1169,8 +1196,14 @@ func (x *GetGlobalConfigResponse) GetConfig() *GlobalConfig {
 
 // UpdateGlobalConfigRequest carries the new globals.
 type UpdateGlobalConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1243,13 @@ func (x *UpdateGlobalConfigRequest) GetConfig() *GlobalConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *UpdateGlobalConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // UpdateGlobalConfigResponse carries what was stored.
@@ -1463,8 +1503,14 @@ func (x *ListTenantConfigsResponse) GetNextPageToken() string {
 
 // UpdateTenantConfigRequest carries a tenant's new overrides.
 type UpdateTenantConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Config *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1504,6 +1550,13 @@ func (x *UpdateTenantConfigRequest) GetConfig() *TenantConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *UpdateTenantConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // UpdateTenantConfigResponse carries what was stored.
@@ -1553,8 +1606,14 @@ func (x *UpdateTenantConfigResponse) GetConfig() *TenantConfig {
 
 // DeleteTenantConfigRequest names a tenant.
 type DeleteTenantConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1592,6 +1651,13 @@ func (*DeleteTenantConfigRequest) Descriptor() ([]byte, []int) {
 func (x *DeleteTenantConfigRequest) GetTenantId() string {
 	if x != nil {
 		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteTenantConfigRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1637,120 +1703,128 @@ var File_lucius_v1_config_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\xdd\x01\n" +
-	"\x05Pause\x12+\n" +
-	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeR\x05scope\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12%\n" +
-	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\x12\x1b\n" +
-	"\tpaused_by\x18\x05 \x01(\tR\bpausedBy\x129\n" +
+	"\x16lucius/v1/config.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\"\x81\x02\n" +
+	"\x05Pause\x121\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\x04\xe2A\x01\x03R\x05scope\x12\x16\n" +
+	"\x03key\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x03key\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12+\n" +
+	"\x0erefuse_submits\x18\x04 \x01(\bB\x04\xe2A\x01\x03R\rrefuseSubmits\x12!\n" +
+	"\tpaused_by\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\bpausedBy\x12?\n" +
 	"\n" +
-	"pause_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\"\xb0\x01\n" +
-	"\x10PauseWorkRequest\x127\n" +
-	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
-	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\x12 \n" +
-	"\x06reason\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x12%\n" +
-	"\x0erefuse_submits\x18\x04 \x01(\bR\rrefuseSubmits\";\n" +
+	"pause_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tpauseTime\"\xf8\x01\n" +
+	"\x10PauseWorkRequest\x12;\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\x0e\xe2A\x01\x02\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1e\n" +
+	"\x03key\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x01R\x03key\x12$\n" +
+	"\x06reason\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\x06reason\x12+\n" +
+	"\x0erefuse_submits\x18\x04 \x01(\bB\x04\xe2A\x01\x01R\rrefuseSubmits\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\";\n" +
 	"\x11PauseWorkResponse\x12&\n" +
-	"\x05pause\x18\x01 \x01(\v2\x10.lucius.v1.PauseR\x05pause\"h\n" +
-	"\x11ResumeWorkRequest\x127\n" +
-	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1a\n" +
-	"\x03key\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x03key\"\x14\n" +
-	"\x12ResumeWorkResponse\"e\n" +
-	"\x11ListPausesRequest\x12'\n" +
-	"\tpage_size\x18\x01 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\x05pause\x18\x01 \x01(\v2\x10.lucius.v1.PauseR\x05pause\"\xa6\x01\n" +
+	"\x11ResumeWorkRequest\x12;\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x15.lucius.v1.PauseScopeB\x0e\xe2A\x01\x02\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12\x1e\n" +
+	"\x03key\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x01R\x03key\x124\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"f\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x14\n" +
+	"\x12ResumeWorkResponse\"m\n" +
+	"\x11ListPausesRequest\x12+\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"f\n" +
 	"\x12ListPausesResponse\x12(\n" +
 	"\x06pauses\x18\x01 \x03(\v2\x10.lucius.v1.PauseR\x06pauses\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x03\n" +
-	"\fGlobalConfig\x12<\n" +
-	"\fdefault_mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\vdefaultMode\x122\n" +
-	"\x06limits\x18\x02 \x01(\v2\x1a.lucius.v1.AdmissionLimitsR\x06limits\x123\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xce\x03\n" +
+	"\fGlobalConfig\x12@\n" +
+	"\fdefault_mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\f\xe2A\x01\x01\xbaH\x05\x82\x01\x02\x10\x01R\vdefaultMode\x128\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1a.lucius.v1.AdmissionLimitsB\x04\xe2A\x01\x01R\x06limits\x129\n" +
 	"\n" +
-	"ref_policy\x18\x03 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\x12:\n" +
-	"\x13retry_after_seconds\x18\x04 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\x90\x1c(\x00R\x11retryAfterSeconds\x12#\n" +
-	"\brevision\x18\x05 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\brevision\x12;\n" +
-	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12\x1d\n" +
+	"ref_policy\x18\x03 \x01(\v2\x14.lucius.v1.RefPolicyB\x04\xe2A\x01\x01R\trefPolicy\x12>\n" +
+	"\x13retry_after_seconds\x18\x04 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\x90\x1c(\x00R\x11retryAfterSeconds\x12'\n" +
+	"\brevision\x18\x05 \x01(\x03B\v\xe2A\x01\x01\xbaH\x04\"\x02(\x00R\brevision\x12A\n" +
+	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12#\n" +
 	"\n" +
-	"updated_by\x18\a \x01(\tR\tupdatedBy\x122\n" +
-	"\x0eretention_days\x18\b \x01(\x05B\v\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00R\rretentionDays\"\x9b\x02\n" +
-	"\x0fAdmissionLimits\x12<\n" +
-	"\x16global_max_active_jobs\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13globalMaxActiveJobs\x12<\n" +
-	"\x16tenant_max_active_jobs\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x13tenantMaxActiveJobs\x12G\n" +
-	"\x1cdefault_lane_max_active_jobs\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x18defaultLaneMaxActiveJobs\x12C\n" +
-	"\x1aburst_lane_max_active_jobs\x18\x04 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x16burstLaneMaxActiveJobs\"\xfa\x01\n" +
-	"\tRefPolicy\x12B\n" +
-	"\aschemes\x18\x01 \x03(\tB(\xbaH%\x92\x01\"\x10\x14\x18\x01\"\x1cr\x1a2\x18^[a-z][a-z0-9+.-]{0,31}$R\aschemes\x12S\n" +
-	"\x05hosts\x18\x02 \x03(\tB=\xbaH:\x92\x017\x10d\x18\x01\"1r/2-^(\\*\\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$R\x05hosts\x12T\n" +
+	"updated_by\x18\a \x01(\tB\x04\xe2A\x01\x03R\tupdatedBy\x126\n" +
+	"\x0eretention_days\x18\b \x01(\x05B\x0f\xe2A\x01\x01\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00R\rretentionDays\"\xab\x02\n" +
+	"\x0fAdmissionLimits\x12@\n" +
+	"\x16global_max_active_jobs\x18\x01 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\x13globalMaxActiveJobs\x12@\n" +
+	"\x16tenant_max_active_jobs\x18\x02 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\x13tenantMaxActiveJobs\x12K\n" +
+	"\x1cdefault_lane_max_active_jobs\x18\x03 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\x18defaultLaneMaxActiveJobs\x12G\n" +
+	"\x1aburst_lane_max_active_jobs\x18\x04 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\x16burstLaneMaxActiveJobs\"\x86\x02\n" +
+	"\tRefPolicy\x12F\n" +
+	"\aschemes\x18\x01 \x03(\tB,\xe2A\x01\x01\xbaH%\x92\x01\"\x10\x14\x18\x01\"\x1cr\x1a2\x18^[a-z][a-z0-9+.-]{0,31}$R\aschemes\x12W\n" +
+	"\x05hosts\x18\x02 \x03(\tBA\xe2A\x01\x01\xbaH:\x92\x017\x10d\x18\x01\"1r/2-^(\\*\\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$R\x05hosts\x12X\n" +
 	"\n" +
-	"containers\x18\x03 \x03(\tB4\xbaH1\x92\x01.\x10d\x18\x01\"(r&2$^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$R\n" +
-	"containers\"\x82\x06\n" +
-	"\fTenantConfig\x12K\n" +
-	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x12-\n" +
-	"\x04mode\x18\x02 \x01(\x0e2\x0f.lucius.v1.ModeB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x124\n" +
-	"\x0fmax_active_jobs\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00H\x00R\rmaxActiveJobs\x88\x01\x01\x12I\n" +
-	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeB\x13\xbaH\x10\x92\x01\r\x10\x02\x18\x01\"\a\x82\x01\x04\x10\x01 \x00R\fallowedModes\x123\n" +
+	"containers\x18\x03 \x03(\tB8\xe2A\x01\x01\xbaH1\x92\x01.\x10d\x18\x01\"(r&2$^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$R\n" +
+	"containers\"\xbb\x06\n" +
+	"\fTenantConfig\x12P\n" +
+	"\ttenant_id\x18\x01 \x01(\tB3\xe2A\x02\x02\x05\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x121\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x0f.lucius.v1.ModeB\f\xe2A\x01\x01\xbaH\x05\x82\x01\x02\x10\x01R\x04mode\x128\n" +
+	"\x0fmax_active_jobs\x18\x03 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00H\x00R\rmaxActiveJobs\x88\x01\x01\x12M\n" +
+	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeB\x17\xe2A\x01\x01\xbaH\x10\x92\x01\r\x10\x02\x18\x01\"\a\x82\x01\x04\x10\x01 \x00R\fallowedModes\x129\n" +
 	"\n" +
-	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\x12#\n" +
-	"\brevision\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\brevision\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12[\n" +
-	"\x0fwebhook_secrets\x18\b \x03(\tB2\xbaH/\x92\x01,\x10\x02\x18\x01\"&r$2\"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$R\x0ewebhookSecrets\x127\n" +
-	"\frequest_rate\x18\t \x01(\v2\x14.lucius.v1.RateLimitR\vrequestRate\x12I\n" +
+	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyB\x04\xe2A\x01\x01R\trefPolicy\x12'\n" +
+	"\brevision\x18\x06 \x01(\x03B\v\xe2A\x01\x01\xbaH\x04\"\x02(\x00R\brevision\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12_\n" +
+	"\x0fwebhook_secrets\x18\b \x03(\tB6\xe2A\x01\x01\xbaH/\x92\x01,\x10\x02\x18\x01\"&r$2\"^whsec_[A-Za-z0-9+/]{32,88}={0,2}$R\x0ewebhookSecrets\x12=\n" +
+	"\frequest_rate\x18\t \x01(\v2\x14.lucius.v1.RateLimitB\x04\xe2A\x01\x01R\vrequestRate\x12M\n" +
 	"\x0fkey_rate_limits\x18\n" +
-	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimits\x12\x1d\n" +
+	" \x03(\v2\x17.lucius.v1.KeyRateLimitB\f\xe2A\x01\x01\xbaH\x05\x92\x01\x02\x10\bR\rkeyRateLimits\x12#\n" +
 	"\n" +
-	"updated_by\x18\v \x01(\tR\tupdatedBy\x127\n" +
-	"\x0eretention_days\x18\f \x01(\x05B\v\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00H\x01R\rretentionDays\x88\x01\x01B\x12\n" +
+	"updated_by\x18\v \x01(\tB\x04\xe2A\x01\x03R\tupdatedBy\x12;\n" +
+	"\x0eretention_days\x18\f \x01(\x05B\x0f\xe2A\x01\x01\xbaH\b\x1a\x06\x18\x94\x9d\x02(\x00H\x01R\rretentionDays\x88\x01\x01B\x12\n" +
 	"\x10_max_active_jobsB\x11\n" +
-	"\x0f_retention_days\"w\n" +
-	"\tRateLimit\x12G\n" +
-	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x80\x84.A!\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
-	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\"\xba\x01\n" +
-	"\fKeyRateLimit\x12x\n" +
-	"\x05field\x18\x01 \x01(\tBb\xbaH_r]2[^(doc_id|correlation_id|idempotency_key|request_type|payload\\.[A-Za-z_][A-Za-z0-9_]{0,63})$R\x05field\x120\n" +
-	"\x04rate\x18\x02 \x01(\v2\x14.lucius.v1.RateLimitB\x06\xbaH\x03\xc8\x01\x01R\x04rate\"\x91\x02\n" +
-	"\x0fEffectiveConfig\x12#\n" +
-	"\x04mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeR\x04mode\x12\x1f\n" +
-	"\vmode_source\x18\x02 \x01(\tR\n" +
-	"modeSource\x12&\n" +
-	"\x0fmax_active_jobs\x18\x03 \x01(\x05R\rmaxActiveJobs\x124\n" +
-	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeR\fallowedModes\x123\n" +
+	"\x0f_retention_days\"\x7f\n" +
+	"\tRateLimit\x12K\n" +
+	"\x13requests_per_second\x18\x01 \x01(\x01B\x1b\xe2A\x01\x02\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x80\x84.A!\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12%\n" +
+	"\x05burst\x18\x02 \x01(\x05B\x0f\xe2A\x01\x01\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\"\xc2\x01\n" +
+	"\fKeyRateLimit\x12|\n" +
+	"\x05field\x18\x01 \x01(\tBf\xe2A\x01\x02\xbaH_r]2[^(doc_id|correlation_id|idempotency_key|request_type|payload\\.[A-Za-z_][A-Za-z0-9_]{0,63})$R\x05field\x124\n" +
+	"\x04rate\x18\x02 \x01(\v2\x14.lucius.v1.RateLimitB\n" +
+	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\x04rate\"\xb5\x02\n" +
+	"\x0fEffectiveConfig\x12)\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x0f.lucius.v1.ModeB\x04\xe2A\x01\x03R\x04mode\x12%\n" +
+	"\vmode_source\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"modeSource\x12,\n" +
+	"\x0fmax_active_jobs\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\rmaxActiveJobs\x12:\n" +
+	"\rallowed_modes\x18\x04 \x03(\x0e2\x0f.lucius.v1.ModeB\x04\xe2A\x01\x03R\fallowedModes\x129\n" +
 	"\n" +
-	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyR\trefPolicy\x12%\n" +
-	"\x0eretention_days\x18\x06 \x01(\x05R\rretentionDays\"\x18\n" +
+	"ref_policy\x18\x05 \x01(\v2\x14.lucius.v1.RefPolicyB\x04\xe2A\x01\x03R\trefPolicy\x12+\n" +
+	"\x0eretention_days\x18\x06 \x01(\x05B\x04\xe2A\x01\x03R\rretentionDays\"\x18\n" +
 	"\x16GetGlobalConfigRequest\"J\n" +
 	"\x17GetGlobalConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"T\n" +
-	"\x19UpdateGlobalConfigRequest\x127\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"\x8e\x01\n" +
+	"\x19UpdateGlobalConfigRequest\x12;\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigB\n" +
+	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\x06config\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"M\n" +
 	"\x1aUpdateGlobalConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"e\n" +
-	"\x16GetTenantConfigRequest\x12K\n" +
-	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x84\x01\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.GlobalConfigR\x06config\"i\n" +
+	"\x16GetTenantConfigRequest\x12O\n" +
+	"\ttenant_id\x18\x01 \x01(\tB2\xe2A\x01\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x84\x01\n" +
 	"\x17GetTenantConfigResponse\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\x128\n" +
-	"\teffective\x18\x02 \x01(\v2\x1a.lucius.v1.EffectiveConfigR\teffective\"l\n" +
-	"\x18ListTenantConfigsRequest\x12'\n" +
-	"\tpage_size\x18\x01 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\teffective\x18\x02 \x01(\v2\x1a.lucius.v1.EffectiveConfigR\teffective\"t\n" +
+	"\x18ListTenantConfigsRequest\x12+\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"v\n" +
+	"page_token\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"v\n" +
 	"\x19ListTenantConfigsResponse\x121\n" +
 	"\aconfigs\x18\x01 \x03(\v2\x17.lucius.v1.TenantConfigR\aconfigs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"T\n" +
-	"\x19UpdateTenantConfigRequest\x127\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigB\x06\xbaH\x03\xc8\x01\x01R\x06config\"M\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x01\n" +
+	"\x19UpdateTenantConfigRequest\x12;\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigB\n" +
+	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\x06config\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"M\n" +
 	"\x1aUpdateTenantConfigResponse\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"h\n" +
-	"\x19DeleteTenantConfigRequest\x12K\n" +
-	"\ttenant_id\x18\x01 \x01(\tB.\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\"\x1c\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.lucius.v1.TenantConfigR\x06config\"\xa2\x01\n" +
+	"\x19DeleteTenantConfigRequest\x12O\n" +
+	"\ttenant_id\x18\x01 \x01(\tB2\xe2A\x01\x02\xbaH+r)\x10\x01\x18\x80\x012\"^\\s*[A-Za-z0-9][A-Za-z0-9._-]*\\s*$R\btenantId\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x1c\n" +
 	"\x1aDeleteTenantConfigResponse*\x89\x01\n" +
 	"\n" +
 	"PauseScope\x12\x1b\n" +

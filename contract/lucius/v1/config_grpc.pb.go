@@ -46,25 +46,33 @@ type ConfigServiceClient interface {
 	// UpdateGlobalConfig replaces the global defaults. With a non-zero
 	// config.revision it fails with ABORTED (reason CONFIG_REVISION_MISMATCH)
 	// when the stored revision differs: someone changed it meanwhile.
+	// Reasons: CONFIG_REVISION_MISMATCH, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	UpdateGlobalConfig(ctx context.Context, in *UpdateGlobalConfigRequest, opts ...grpc.CallOption) (*UpdateGlobalConfigResponse, error)
 	// GetTenantConfig returns a tenant's overrides (NOT_FOUND when it has none)
 	// and the configuration in effect for it.
+	// Reasons: TENANT_CONFIG_NOT_FOUND.
 	GetTenantConfig(ctx context.Context, in *GetTenantConfigRequest, opts ...grpc.CallOption) (*GetTenantConfigResponse, error)
 	// ListTenantConfigs lists tenants with overrides, by tenant id.
 	ListTenantConfigs(ctx context.Context, in *ListTenantConfigsRequest, opts ...grpc.CallOption) (*ListTenantConfigsResponse, error)
 	// UpdateTenantConfig creates or replaces a tenant's overrides (the tenant id
 	// is normalized: lower(trim())). config.revision works as in UpdateGlobalConfig.
+	// Reasons: CONFIG_REVISION_MISMATCH, MODE_FORBIDDEN, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	UpdateTenantConfig(ctx context.Context, in *UpdateTenantConfigRequest, opts ...grpc.CallOption) (*UpdateTenantConfigResponse, error)
 	// DeleteTenantConfig removes a tenant's overrides; it inherits the globals.
+	// Reasons: TENANT_CONFIG_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	DeleteTenantConfig(ctx context.Context, in *DeleteTenantConfigRequest, opts ...grpc.CallOption) (*DeleteTenantConfigResponse, error)
 	// PauseWork pauses all work, a tenant's, a lane's or a workflow's: no new
 	// step of a matching job is dispatched (it waits READY, reason PAUSED);
 	// steps in flight finish. Submits are still accepted unless
 	// refuse_submits (then 503 WORK_PAUSED). Pausing again replaces the
 	// pause's reason and refuse_submits. Audited with the principal.
+	// Reasons: REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	PauseWork(ctx context.Context, in *PauseWorkRequest, opts ...grpc.CallOption) (*PauseWorkResponse, error)
 	// ResumeWork lifts a pause: the steps it held are dispatched within a
 	// second. NOT_FOUND (PAUSE_NOT_FOUND) when nothing is paused there.
+	// Reasons: PAUSE_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ResumeWork(ctx context.Context, in *ResumeWorkRequest, opts ...grpc.CallOption) (*ResumeWorkResponse, error)
 	// ListPauses lists the pauses in force.
 	ListPauses(ctx context.Context, in *ListPausesRequest, opts ...grpc.CallOption) (*ListPausesResponse, error)
@@ -184,25 +192,33 @@ type ConfigServiceServer interface {
 	// UpdateGlobalConfig replaces the global defaults. With a non-zero
 	// config.revision it fails with ABORTED (reason CONFIG_REVISION_MISMATCH)
 	// when the stored revision differs: someone changed it meanwhile.
+	// Reasons: CONFIG_REVISION_MISMATCH, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	UpdateGlobalConfig(context.Context, *UpdateGlobalConfigRequest) (*UpdateGlobalConfigResponse, error)
 	// GetTenantConfig returns a tenant's overrides (NOT_FOUND when it has none)
 	// and the configuration in effect for it.
+	// Reasons: TENANT_CONFIG_NOT_FOUND.
 	GetTenantConfig(context.Context, *GetTenantConfigRequest) (*GetTenantConfigResponse, error)
 	// ListTenantConfigs lists tenants with overrides, by tenant id.
 	ListTenantConfigs(context.Context, *ListTenantConfigsRequest) (*ListTenantConfigsResponse, error)
 	// UpdateTenantConfig creates or replaces a tenant's overrides (the tenant id
 	// is normalized: lower(trim())). config.revision works as in UpdateGlobalConfig.
+	// Reasons: CONFIG_REVISION_MISMATCH, MODE_FORBIDDEN, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	UpdateTenantConfig(context.Context, *UpdateTenantConfigRequest) (*UpdateTenantConfigResponse, error)
 	// DeleteTenantConfig removes a tenant's overrides; it inherits the globals.
+	// Reasons: TENANT_CONFIG_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	DeleteTenantConfig(context.Context, *DeleteTenantConfigRequest) (*DeleteTenantConfigResponse, error)
 	// PauseWork pauses all work, a tenant's, a lane's or a workflow's: no new
 	// step of a matching job is dispatched (it waits READY, reason PAUSED);
 	// steps in flight finish. Submits are still accepted unless
 	// refuse_submits (then 503 WORK_PAUSED). Pausing again replaces the
 	// pause's reason and refuse_submits. Audited with the principal.
+	// Reasons: REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	PauseWork(context.Context, *PauseWorkRequest) (*PauseWorkResponse, error)
 	// ResumeWork lifts a pause: the steps it held are dispatched within a
 	// second. NOT_FOUND (PAUSE_NOT_FOUND) when nothing is paused there.
+	// Reasons: PAUSE_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ResumeWork(context.Context, *ResumeWorkRequest) (*ResumeWorkResponse, error)
 	// ListPauses lists the pauses in force.
 	ListPauses(context.Context, *ListPausesRequest) (*ListPausesResponse, error)

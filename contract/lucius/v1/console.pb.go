@@ -141,9 +141,9 @@ var File_lucius_v1_console_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_console_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/console.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"M\n" +
-	"\x1aCreateConsoleTicketRequest\x12/\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x05jobId\"\x8f\x01\n" +
+	"\x17lucius/v1/console.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
+	"\x1aCreateConsoleTicketRequest\x123\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x1c\xe2A\x01\x01\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x05jobId\"\x8f\x01\n" +
 	"\x1bCreateConsoleTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12\x1b\n" +
 	"\tlogin_url\x18\x02 \x01(\tR\bloginUrl\x12;\n" +

@@ -33,6 +33,9 @@ const (
 type ConsoleServiceClient interface {
 	// CreateConsoleTicket mints a login ticket: single-use, valid for about a
 	// minute, for partners and operators.
+	// Reasons: SESSION_NOT_ALLOWED.
+	// No request_id: each call mints a new single-use secret; replaying a stored
+	// answer would hand the same secret out twice.
 	CreateConsoleTicket(ctx context.Context, in *CreateConsoleTicketRequest, opts ...grpc.CallOption) (*CreateConsoleTicketResponse, error)
 }
 
@@ -65,6 +68,9 @@ func (c *consoleServiceClient) CreateConsoleTicket(ctx context.Context, in *Crea
 type ConsoleServiceServer interface {
 	// CreateConsoleTicket mints a login ticket: single-use, valid for about a
 	// minute, for partners and operators.
+	// Reasons: SESSION_NOT_ALLOWED.
+	// No request_id: each call mints a new single-use secret; replaying a stored
+	// answer would hand the same secret out twice.
 	CreateConsoleTicket(context.Context, *CreateConsoleTicketRequest) (*CreateConsoleTicketResponse, error)
 	mustEmbedUnimplementedConsoleServiceServer()
 }

@@ -7,6 +7,7 @@
 package luciusv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -444,55 +445,55 @@ var File_lucius_v1_directive_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_directive_proto_rawDesc = "" +
 	"\n" +
-	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\x86\b\n" +
-	"\tDirective\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
-	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x17\n" +
-	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x1f\n" +
-	"\vprotocol_id\x18\x04 \x01(\tR\n" +
-	"protocolId\x12\x1b\n" +
-	"\tstep_type\x18\x05 \x01(\tR\bstepType\x12\x18\n" +
-	"\aservice\x18\x06 \x01(\tR\aservice\x12\x1d\n" +
+	"\x19lucius/v1/directive.proto\x12\tlucius.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17lucius/v1/command.proto\x1a\x13lucius/v1/job.proto\"\xa2\t\n" +
+	"\tDirective\x12\x1b\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12!\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\btenantId\x12\x1d\n" +
+	"\astep_id\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x06stepId\x12%\n" +
+	"\vprotocol_id\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"protocolId\x12!\n" +
+	"\tstep_type\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\bstepType\x12\x1e\n" +
+	"\aservice\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\aservice\x12#\n" +
 	"\n" +
-	"attempt_no\x18\a \x01(\x05R\tattemptNo\x12\x19\n" +
-	"\blease_id\x18\b \x01(\tR\aleaseId\x12\x1b\n" +
-	"\tinput_ref\x18\t \x01(\tR\binputRef\x12#\n" +
+	"attempt_no\x18\a \x01(\x05B\x04\xe2A\x01\x03R\tattemptNo\x12\x1f\n" +
+	"\blease_id\x18\b \x01(\tB\x04\xe2A\x01\x03R\aleaseId\x12!\n" +
+	"\tinput_ref\x18\t \x01(\tB\x04\xe2A\x01\x03R\binputRef\x12)\n" +
 	"\rworkspace_ref\x18\n" +
-	" \x01(\tR\fworkspaceRef\x12\x1d\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\fworkspaceRef\x12#\n" +
 	"\n" +
-	"output_ref\x18\v \x01(\tR\toutputRef\x121\n" +
-	"\apayload\x18\f \x01(\v2\x17.google.protobuf.StructR\apayload\x12%\n" +
-	"\x0ecorrelation_id\x18\r \x01(\tR\rcorrelationId\x12 \n" +
-	"\vtraceparent\x18\x0e \x01(\tR\vtraceparent\x12A\n" +
-	"\rcallback_urls\x18\x0f \x01(\v2\x1c.lucius.v1.CallbackEndpointsR\fcallbackUrls\x12\x1d\n" +
+	"output_ref\x18\v \x01(\tB\x04\xe2A\x01\x03R\toutputRef\x127\n" +
+	"\apayload\x18\f \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\apayload\x12+\n" +
+	"\x0ecorrelation_id\x18\r \x01(\tB\x04\xe2A\x01\x03R\rcorrelationId\x12&\n" +
+	"\vtraceparent\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\vtraceparent\x12G\n" +
+	"\rcallback_urls\x18\x0f \x01(\v2\x1c.lucius.v1.CallbackEndpointsB\x04\xe2A\x01\x03R\fcallbackUrls\x12#\n" +
 	"\n" +
-	"step_index\x18\x10 \x01(\x05R\tstepIndex\x12\x1d\n" +
+	"step_index\x18\x10 \x01(\x05B\x04\xe2A\x01\x03R\tstepIndex\x12#\n" +
 	"\n" +
-	"final_step\x18\x11 \x01(\bR\tfinalStep\x12E\n" +
-	"\x12upstream_artifacts\x18\x12 \x03(\v2\x16.lucius.v1.ArtifactRefR\x11upstreamArtifacts\x12\"\n" +
-	"\rjob_input_ref\x18\x13 \x01(\tR\vjobInputRef\x12,\n" +
-	"\arouting\x18\x14 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12:\n" +
-	"\vack_timeout\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"ackTimeout\x129\n" +
+	"final_step\x18\x11 \x01(\bB\x04\xe2A\x01\x03R\tfinalStep\x12K\n" +
+	"\x12upstream_artifacts\x18\x12 \x03(\v2\x16.lucius.v1.ArtifactRefB\x04\xe2A\x01\x03R\x11upstreamArtifacts\x12(\n" +
+	"\rjob_input_ref\x18\x13 \x01(\tB\x04\xe2A\x01\x03R\vjobInputRef\x122\n" +
+	"\arouting\x18\x14 \x01(\v2\x12.lucius.v1.RoutingB\x04\xe2A\x01\x03R\arouting\x12@\n" +
+	"\vack_timeout\x18\x15 \x01(\v2\x19.google.protobuf.DurationB\x04\xe2A\x01\x03R\n" +
+	"ackTimeout\x12?\n" +
 	"\n" +
-	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12)\n" +
-	"\x10workflow_version\x18\x17 \x01(\x05R\x0fworkflowVersion\x12>\n" +
-	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\fleaseTimeout\x12%\n" +
-	"\x0ecallback_token\x18\x19 \x01(\tR\rcallbackToken\x12\x1a\n" +
-	"\bdetached\x18\x1a \x01(\bR\bdetached\"l\n" +
-	"\x11CallbackEndpoints\x12\x17\n" +
-	"\aack_url\x18\x01 \x01(\tR\x06ackUrl\x12\x1d\n" +
+	"issue_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tissueTime\x12/\n" +
+	"\x10workflow_version\x18\x17 \x01(\x05B\x04\xe2A\x01\x03R\x0fworkflowVersion\x12D\n" +
+	"\rlease_timeout\x18\x18 \x01(\v2\x19.google.protobuf.DurationB\x04\xe2A\x01\x03R\fleaseTimeout\x12+\n" +
+	"\x0ecallback_token\x18\x19 \x01(\tB\x04\xe2A\x01\x03R\rcallbackToken\x12 \n" +
+	"\bdetached\x18\x1a \x01(\bB\x04\xe2A\x01\x03R\bdetached\"~\n" +
+	"\x11CallbackEndpoints\x12\x1d\n" +
+	"\aack_url\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x06ackUrl\x12#\n" +
 	"\n" +
-	"result_url\x18\x02 \x01(\tR\tresultUrl\x12\x1f\n" +
-	"\vgrpc_target\x18\x03 \x01(\tR\n" +
-	"grpcTarget\"\xd8\x01\n" +
-	"\tQueuedJob\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12,\n" +
-	"\acommand\x18\x02 \x01(\v2\x12.lucius.v1.CommandR\acommand\x12,\n" +
-	"\arouting\x18\x03 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12;\n" +
-	"\vaccept_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"acceptTime\x12\x1b\n" +
-	"\treplay_of\x18\x05 \x01(\tR\breplayOfB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
+	"result_url\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\tresultUrl\x12%\n" +
+	"\vgrpc_target\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"grpcTarget\"\xf6\x01\n" +
+	"\tQueuedJob\x12\x1b\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x122\n" +
+	"\acommand\x18\x02 \x01(\v2\x12.lucius.v1.CommandB\x04\xe2A\x01\x03R\acommand\x122\n" +
+	"\arouting\x18\x03 \x01(\v2\x12.lucius.v1.RoutingB\x04\xe2A\x01\x03R\arouting\x12A\n" +
+	"\vaccept_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"acceptTime\x12!\n" +
+	"\treplay_of\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\breplayOfB?Z=github.com/lucius-platform/lucius/contract/lucius/v1;luciusv1b\x06proto3"
 
 var (
 	file_lucius_v1_directive_proto_rawDescOnce sync.Once

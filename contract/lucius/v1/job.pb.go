@@ -930,9 +930,15 @@ func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
 
 // ReplayJobRequest names the failed job to re-run.
 type ReplayJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,6 +983,13 @@ func (x *ReplayJobRequest) GetJobId() string {
 func (x *ReplayJobRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReplayJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2525,7 +2538,13 @@ type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Why, recorded in the job's events.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2570,6 +2589,13 @@ func (x *CancelJobRequest) GetJobId() string {
 func (x *CancelJobRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *CancelJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2623,223 +2649,222 @@ var File_lucius_v1_job_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n" +
-	"\x10WatchJobsRequest\x12%\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12-\n" +
-	"\x0eafter_event_id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\fafterEventId\"`\n" +
+	"\x13lucius/v1/job.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"\x10WatchJobsRequest\x12)\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x01R\btenantId\x121\n" +
+	"\x0eafter_event_id\x18\x02 \x01(\x03B\v\xe2A\x01\x01\xbaH\x04\"\x02(\x00R\fafterEventId\"`\n" +
 	"\x11WatchJobsResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\x12)\n" +
-	"\x05event\x18\x02 \x01(\v2\x13.lucius.v1.JobEventR\x05event\"n\n" +
-	"\x0fWatchJobRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12-\n" +
-	"\x0eafter_event_id\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\fafterEventId\"_\n" +
+	"\x05event\x18\x02 \x01(\v2\x13.lucius.v1.JobEventR\x05event\"v\n" +
+	"\x0fWatchJobRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x121\n" +
+	"\x0eafter_event_id\x18\x02 \x01(\x03B\v\xe2A\x01\x01\xbaH\x04\"\x02(\x00R\fafterEventId\"_\n" +
 	"\x10WatchJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\x12)\n" +
-	"\x05event\x18\x02 \x01(\v2\x13.lucius.v1.JobEventR\x05event\"\x9c\x04\n" +
+	"\x05event\x18\x02 \x01(\v2\x13.lucius.v1.JobEventR\x05event\"\xea\x04\n" +
 	"\n" +
-	"DeadLetter\x12$\n" +
-	"\x0edead_letter_id\x18\x01 \x01(\x03R\fdeadLetterId\x12-\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x19.lucius.v1.DeadLetterKindR\x04kind\x12\x15\n" +
-	"\x06job_id\x18\x03 \x01(\tR\x05jobId\x12\x17\n" +
-	"\astep_id\x18\x04 \x01(\tR\x06stepId\x12\x1d\n" +
+	"DeadLetter\x12*\n" +
+	"\x0edead_letter_id\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\fdeadLetterId\x123\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x19.lucius.v1.DeadLetterKindB\x04\xe2A\x01\x03R\x04kind\x12\x1b\n" +
+	"\x06job_id\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12\x1d\n" +
+	"\astep_id\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\x06stepId\x12#\n" +
 	"\n" +
-	"attempt_no\x18\x05 \x01(\x05R\tattemptNo\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\x12 \n" +
-	"\vdescription\x18\a \x01(\tR\vdescription\x12\x16\n" +
-	"\x06entity\x18\b \x01(\tR\x06entity\x12\x1d\n" +
+	"attempt_no\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\tattemptNo\x12\x1c\n" +
+	"\x06reason\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12&\n" +
+	"\vdescription\x18\a \x01(\tB\x04\xe2A\x01\x03R\vdescription\x12\x1c\n" +
+	"\x06entity\x18\b \x01(\tB\x04\xe2A\x01\x03R\x06entity\x12#\n" +
 	"\n" +
-	"message_id\x18\t \x01(\tR\tmessageId\x12\x12\n" +
+	"message_id\x18\t \x01(\tB\x04\xe2A\x01\x03R\tmessageId\x12\x18\n" +
 	"\x04body\x18\n" +
-	" \x01(\tR\x04body\x12E\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\x04body\x12K\n" +
 	"\n" +
-	"properties\x18\v \x03(\v2%.lucius.v1.DeadLetter.PropertiesEntryR\n" +
-	"properties\x12;\n" +
-	"\vcreate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\"\n" +
-	"\rreplay_job_id\x18\r \x01(\tR\vreplayJobId\x1a=\n" +
+	"properties\x18\v \x03(\v2%.lucius.v1.DeadLetter.PropertiesEntryB\x04\xe2A\x01\x03R\n" +
+	"properties\x12A\n" +
+	"\vcreate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12(\n" +
+	"\rreplay_job_id\x18\r \x01(\tB\x04\xe2A\x01\x03R\vreplayJobId\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
-	"\x16ListDeadLettersRequest\x127\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x19.lucius.v1.DeadLetterKindB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12\x1e\n" +
-	"\x06job_id\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x05jobId\x12'\n" +
-	"\tpage_size\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +
+	"\x16ListDeadLettersRequest\x12;\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x19.lucius.v1.DeadLetterKindB\f\xe2A\x01\x01\xbaH\x05\x82\x01\x02\x10\x01R\x04kind\x12\"\n" +
+	"\x06job_id\x18\x02 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\x05jobId\x12+\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"{\n" +
+	"page_token\x18\x04 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"{\n" +
 	"\x17ListDeadLettersResponse\x128\n" +
 	"\fdead_letters\x18\x01 \x03(\v2\x15.lucius.v1.DeadLetterR\vdeadLetters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
-	"\x14GetDeadLetterRequest\x12-\n" +
-	"\x0edead_letter_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\fdeadLetterId\"O\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x14GetDeadLetterRequest\x121\n" +
+	"\x0edead_letter_id\x18\x01 \x01(\x03B\v\xe2A\x01\x02\xbaH\x04\"\x02 \x00R\fdeadLetterId\"O\n" +
 	"\x15GetDeadLetterResponse\x126\n" +
 	"\vdead_letter\x18\x01 \x01(\v2\x15.lucius.v1.DeadLetterR\n" +
-	"deadLetter\"b\n" +
-	"\x10ReplayJobRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
+	"deadLetter\"\xa0\x01\n" +
+	"\x10ReplayJobRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12$\n" +
+	"\x06reason\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"5\n" +
 	"\x11ReplayJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\xf9\x01\n" +
-	"\aRouting\x12#\n" +
-	"\rresolved_mode\x18\x01 \x01(\tR\fresolvedMode\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12(\n" +
-	"\x10routing_key_used\x18\x03 \x01(\tR\x0eroutingKeyUsed\x12\x14\n" +
-	"\x05topic\x18\x04 \x01(\tR\x05topic\x12B\n" +
-	"\x0fdecision_source\x18\x05 \x01(\x0e2\x19.lucius.v1.DecisionSourceR\x0edecisionSource\x12'\n" +
-	"\x0fdecision_reason\x18\x06 \x01(\tR\x0edecisionReason\"\xbe\x01\n" +
-	"\vArtifactRef\x12\x1e\n" +
-	"\x04name\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04name\x12\x1d\n" +
-	"\x03uri\x18\x02 \x01(\tB\v\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\x03uri\x12'\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\x9d\x02\n" +
+	"\aRouting\x12)\n" +
+	"\rresolved_mode\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\fresolvedMode\x12\"\n" +
+	"\tpartition\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\tpartition\x12.\n" +
+	"\x10routing_key_used\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x0eroutingKeyUsed\x12\x1a\n" +
+	"\x05topic\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\x05topic\x12H\n" +
+	"\x0fdecision_source\x18\x05 \x01(\x0e2\x19.lucius.v1.DecisionSourceB\x04\xe2A\x01\x03R\x0edecisionSource\x12-\n" +
+	"\x0fdecision_reason\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\x0edecisionReason\"\xd2\x01\n" +
+	"\vArtifactRef\x12\"\n" +
+	"\x04name\x18\x01 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04name\x12!\n" +
+	"\x03uri\x18\x02 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x18\x80\x10\x88\x01\x01R\x03uri\x12+\n" +
 	"\n" +
-	"media_type\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12&\n" +
+	"media_type\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x01R\tmediaType\x12*\n" +
 	"\n" +
-	"size_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tsizeBytes\x12\x1f\n" +
-	"\x06sha256\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06sha256\"\xc6\b\n" +
-	"\x03Job\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
-	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12!\n" +
-	"\frequest_type\x18\x03 \x01(\tR\vrequestType\x12\x1f\n" +
-	"\vworkflow_id\x18\x04 \x01(\tR\n" +
-	"workflowId\x12,\n" +
-	"\x06status\x18\x05 \x01(\x0e2\x14.lucius.v1.JobStatusR\x06status\x12,\n" +
-	"\arouting\x18\x06 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12\x1b\n" +
-	"\tinput_ref\x18\a \x01(\tR\binputRef\x12\x1d\n" +
+	"size_bytes\x18\x04 \x01(\x03B\v\xe2A\x01\x01\xbaH\x04\"\x02(\x00R\tsizeBytes\x12#\n" +
+	"\x06sha256\x18\x05 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\x06sha256\"\xee\t\n" +
+	"\x03Job\x12\x1b\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12!\n" +
+	"\ttenant_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\btenantId\x12'\n" +
+	"\frequest_type\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\vrequestType\x12%\n" +
+	"\vworkflow_id\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"workflowId\x122\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x14.lucius.v1.JobStatusB\x04\xe2A\x01\x03R\x06status\x122\n" +
+	"\arouting\x18\x06 \x01(\v2\x12.lucius.v1.RoutingB\x04\xe2A\x01\x03R\arouting\x12!\n" +
+	"\tinput_ref\x18\a \x01(\tB\x04\xe2A\x01\x03R\binputRef\x12#\n" +
 	"\n" +
-	"output_ref\x18\b \x01(\tR\toutputRef\x12\x15\n" +
-	"\x06doc_id\x18\t \x01(\tR\x05docId\x12%\n" +
+	"output_ref\x18\b \x01(\tB\x04\xe2A\x01\x03R\toutputRef\x12\x1b\n" +
+	"\x06doc_id\x18\t \x01(\tB\x04\xe2A\x01\x03R\x05docId\x12+\n" +
 	"\x0ecorrelation_id\x18\n" +
-	" \x01(\tR\rcorrelationId\x12!\n" +
-	"\fcallback_url\x18\v \x01(\tR\vcallbackUrl\x121\n" +
-	"\apayload\x18\f \x01(\v2\x17.google.protobuf.StructR\apayload\x12\x19\n" +
-	"\bowner_id\x18\r \x01(\tR\aownerId\x12\x1f\n" +
-	"\vowner_epoch\x18\x0e \x01(\x03R\n" +
-	"ownerEpoch\x12&\n" +
-	"\x0fcurrent_step_id\x18\x0f \x01(\tR\rcurrentStepId\x12\x16\n" +
-	"\x06reason\x18\x10 \x01(\tR\x06reason\x12\x1d\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\rcorrelationId\x12'\n" +
+	"\fcallback_url\x18\v \x01(\tB\x04\xe2A\x01\x03R\vcallbackUrl\x127\n" +
+	"\apayload\x18\f \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\apayload\x12\x1f\n" +
+	"\bowner_id\x18\r \x01(\tB\x04\xe2A\x01\x03R\aownerId\x12%\n" +
+	"\vowner_epoch\x18\x0e \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"ownerEpoch\x12,\n" +
+	"\x0fcurrent_step_id\x18\x0f \x01(\tB\x04\xe2A\x01\x03R\rcurrentStepId\x12\x1c\n" +
+	"\x06reason\x18\x10 \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12#\n" +
 	"\n" +
-	"result_ref\x18\x11 \x01(\tR\tresultRef\x12;\n" +
-	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"result_ref\x18\x11 \x01(\tB\x04\xe2A\x01\x03R\tresultRef\x12A\n" +
+	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12E\n" +
+	"\rcomplete_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x12A\n" +
+	"\vcancel_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"cancelTime\x12/\n" +
+	"\x10workflow_version\x18\x16 \x01(\x05B\x04\xe2A\x01\x03R\x0fworkflowVersion\x12!\n" +
+	"\treplay_of\x18\x17 \x01(\tB\x04\xe2A\x01\x03R\breplayOf\x12E\n" +
+	"\rdeadline_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fdeadlineTime\x12'\n" +
+	"\fsubmitted_by\x18\x19 \x01(\tB\x04\xe2A\x01\x03R\vsubmittedBy\x12\x1f\n" +
+	"\basset_id\x18\x1a \x01(\tB\x04\xe2A\x01\x03R\aassetId\x12+\n" +
+	"\x0easset_revision\x18\x1b \x01(\x05B\x04\xe2A\x01\x03R\rassetRevision\x12 \n" +
+	"\bpriority\x18\x1c \x01(\x05B\x04\xe2A\x01\x03R\bpriority\"\xb9\x05\n" +
+	"\aAttempt\x12#\n" +
+	"\n" +
+	"attempt_no\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\tattemptNo\x12\x1f\n" +
+	"\blease_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\aleaseId\x123\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x15.lucius.v1.StepStatusB\x04\xe2A\x01\x03R\x06status\x122\n" +
+	"\arouting\x18\x04 \x01(\v2\x12.lucius.v1.RoutingB\x04\xe2A\x01\x03R\arouting\x12!\n" +
+	"\tworker_id\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\bworkerId\x12)\n" +
+	"\rfailure_class\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\ffailureClass\x12\x1c\n" +
+	"\x06reason\x18\a \x01(\tB\x04\xe2A\x01\x03R\x06reason\x12A\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"createTime\x12;\n" +
-	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12?\n" +
-	"\rcomplete_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12;\n" +
-	"\vcancel_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"cancelTime\x12)\n" +
-	"\x10workflow_version\x18\x16 \x01(\x05R\x0fworkflowVersion\x12\x1b\n" +
-	"\treplay_of\x18\x17 \x01(\tR\breplayOf\x12?\n" +
-	"\rdeadline_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12!\n" +
-	"\fsubmitted_by\x18\x19 \x01(\tR\vsubmittedBy\x12\x19\n" +
-	"\basset_id\x18\x1a \x01(\tR\aassetId\x12%\n" +
-	"\x0easset_revision\x18\x1b \x01(\x05R\rassetRevision\x12\x1a\n" +
-	"\bpriority\x18\x1c \x01(\x05R\bpriority\"\xeb\x04\n" +
-	"\aAttempt\x12\x1d\n" +
-	"\n" +
-	"attempt_no\x18\x01 \x01(\x05R\tattemptNo\x12\x19\n" +
-	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12-\n" +
-	"\x06status\x18\x03 \x01(\x0e2\x15.lucius.v1.StepStatusR\x06status\x12,\n" +
-	"\arouting\x18\x04 \x01(\v2\x12.lucius.v1.RoutingR\arouting\x12\x1b\n" +
-	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12#\n" +
-	"\rfailure_class\x18\x06 \x01(\tR\ffailureClass\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x12;\n" +
-	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x125\n" +
-	"\back_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aackTime\x12?\n" +
+	"\back_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\aackTime\x12E\n" +
 	"\rcomplete_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12=\n" +
-	"\fack_deadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vackDeadline\x12F\n" +
-	"\x11lease_expire_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x123\n" +
-	"\bprogress\x18\r \x01(\v2\x17.google.protobuf.StructR\bprogress\"\xe5\x06\n" +
-	"\x04Step\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
-	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x1d\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x12C\n" +
+	"\fack_deadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\vackDeadline\x12L\n" +
+	"\x11lease_expire_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x0fleaseExpireTime\x129\n" +
+	"\bprogress\x18\r \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\bprogress\"\xe9\a\n" +
+	"\x04Step\x12\x1b\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12\x1d\n" +
+	"\astep_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x06stepId\x12#\n" +
 	"\n" +
-	"step_index\x18\x03 \x01(\x05R\tstepIndex\x12\x1b\n" +
-	"\tstep_type\x18\x04 \x01(\tR\bstepType\x12\x18\n" +
-	"\aservice\x18\x05 \x01(\tR\aservice\x12-\n" +
-	"\x06status\x18\x06 \x01(\x0e2\x15.lucius.v1.StepStatusR\x06status\x12\x1d\n" +
+	"step_index\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\tstepIndex\x12!\n" +
+	"\tstep_type\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\bstepType\x12\x1e\n" +
+	"\aservice\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\aservice\x123\n" +
+	"\x06status\x18\x06 \x01(\x0e2\x15.lucius.v1.StepStatusB\x04\xe2A\x01\x03R\x06status\x12#\n" +
 	"\n" +
-	"attempt_no\x18\a \x01(\x05R\tattemptNo\x12!\n" +
-	"\fmax_attempts\x18\b \x01(\x05R\vmaxAttempts\x12/\n" +
-	"\x06output\x18\t \x01(\v2\x17.google.protobuf.StructR\x06output\x124\n" +
+	"attempt_no\x18\a \x01(\x05B\x04\xe2A\x01\x03R\tattemptNo\x12'\n" +
+	"\fmax_attempts\x18\b \x01(\x05B\x04\xe2A\x01\x03R\vmaxAttempts\x125\n" +
+	"\x06output\x18\t \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x06output\x12:\n" +
 	"\tartifacts\x18\n" +
-	" \x03(\v2\x16.lucius.v1.ArtifactRefR\tartifacts\x12#\n" +
-	"\rfailure_class\x18\v \x01(\tR\ffailureClass\x12\x16\n" +
-	"\x06reason\x18\f \x01(\tR\x06reason\x12.\n" +
-	"\battempts\x18\r \x03(\v2\x12.lucius.v1.AttemptR\battempts\x12;\n" +
-	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12?\n" +
-	"\rcomplete_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12\x17\n" +
-	"\anode_id\x18\x11 \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04kind\x18\x12 \x01(\tR\x04kind\x12$\n" +
-	"\x0eparent_step_id\x18\x13 \x01(\tR\fparentStepId\x12\x1f\n" +
-	"\vchild_index\x18\x14 \x01(\x05R\n" +
-	"childIndex\x12/\n" +
-	"\x06params\x18\x15 \x01(\v2\x17.google.protobuf.StructR\x06params\x122\n" +
-	"\bchildren\x18\x16 \x01(\v2\x16.lucius.v1.ChildCountsR\bchildren\"\x8d\x01\n" +
-	"\vChildCounts\x12\x14\n" +
-	"\x05total\x18\x01 \x01(\x05R\x05total\x12\x18\n" +
-	"\apending\x18\x02 \x01(\x05R\apending\x12\x18\n" +
-	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x1c\n" +
-	"\tsucceeded\x18\x04 \x01(\x05R\tsucceeded\x12\x16\n" +
-	"\x06failed\x18\x05 \x01(\x05R\x06failed\"\xc8\x02\n" +
-	"\bJobEvent\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\x03R\aeventId\x12\x15\n" +
-	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x17\n" +
-	"\astep_id\x18\x03 \x01(\tR\x06stepId\x12\x1d\n" +
+	" \x03(\v2\x16.lucius.v1.ArtifactRefB\x04\xe2A\x01\x03R\tartifacts\x12)\n" +
+	"\rfailure_class\x18\v \x01(\tB\x04\xe2A\x01\x03R\ffailureClass\x12\x1c\n" +
+	"\x06reason\x18\f \x01(\tB\x04\xe2A\x01\x03R\x06reason\x124\n" +
+	"\battempts\x18\r \x03(\v2\x12.lucius.v1.AttemptB\x04\xe2A\x01\x03R\battempts\x12A\n" +
+	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12E\n" +
+	"\rcomplete_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x12\x1d\n" +
+	"\anode_id\x18\x11 \x01(\tB\x04\xe2A\x01\x03R\x06nodeId\x12\x18\n" +
+	"\x04kind\x18\x12 \x01(\tB\x04\xe2A\x01\x03R\x04kind\x12*\n" +
+	"\x0eparent_step_id\x18\x13 \x01(\tB\x04\xe2A\x01\x03R\fparentStepId\x12%\n" +
+	"\vchild_index\x18\x14 \x01(\x05B\x04\xe2A\x01\x03R\n" +
+	"childIndex\x125\n" +
+	"\x06params\x18\x15 \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x06params\x128\n" +
+	"\bchildren\x18\x16 \x01(\v2\x16.lucius.v1.ChildCountsB\x04\xe2A\x01\x03R\bchildren\"\xab\x01\n" +
+	"\vChildCounts\x12\x1a\n" +
+	"\x05total\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\x05total\x12\x1e\n" +
+	"\apending\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\apending\x12\x1e\n" +
+	"\arunning\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\arunning\x12\"\n" +
+	"\tsucceeded\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\tsucceeded\x12\x1c\n" +
+	"\x06failed\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\x06failed\"\x84\x03\n" +
+	"\bJobEvent\x12\x1f\n" +
+	"\bevent_id\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\aeventId\x12\x1b\n" +
+	"\x06job_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12\x1d\n" +
+	"\astep_id\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x06stepId\x12#\n" +
 	"\n" +
-	"attempt_no\x18\x04 \x01(\x05R\tattemptNo\x12\x12\n" +
-	"\x04type\x18\x05 \x01(\tR\x04type\x12\x1f\n" +
-	"\vfrom_status\x18\x06 \x01(\tR\n" +
-	"fromStatus\x12\x1b\n" +
-	"\tto_status\x18\a \x01(\tR\btoStatus\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\x12+\n" +
-	"\x04data\x18\t \x01(\v2\x17.google.protobuf.StructR\x04data\x12;\n" +
+	"attempt_no\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\tattemptNo\x12\x18\n" +
+	"\x04type\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x04type\x12%\n" +
+	"\vfrom_status\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"fromStatus\x12!\n" +
+	"\tto_status\x18\a \x01(\tB\x04\xe2A\x01\x03R\btoStatus\x12\x1c\n" +
+	"\x06reason\x18\b \x01(\tB\x04\xe2A\x01\x03R\x06reason\x121\n" +
+	"\x04data\x18\t \x01(\v2\x17.google.protobuf.StructB\x04\xe2A\x01\x03R\x04data\x12A\n" +
 	"\vcreate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"=\n" +
-	"\rGetJobRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\"2\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\"A\n" +
+	"\rGetJobRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\"2\n" +
 	"\x0eGetJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\x8b\x03\n" +
-	"\x0fListJobsRequest\x12%\n" +
-	"\ttenant_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12C\n" +
-	"\bstatuses\x18\x02 \x03(\x0e2\x14.lucius.v1.JobStatusB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12'\n" +
-	"\tpage_size\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job\"\xab\x03\n" +
+	"\x0fListJobsRequest\x12)\n" +
+	"\ttenant_id\x18\x01 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12G\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x14.lucius.v1.JobStatusB\x15\xe2A\x01\x01\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x12+\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12(\n" +
-	"\vworkflow_id\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x18@R\n" +
-	"workflowId\x12F\n" +
-	"\x11create_time_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcreateTimeAfter\x12H\n" +
-	"\x12create_time_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x10createTimeBefore\"^\n" +
+	"page_token\x18\x04 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12,\n" +
+	"\vworkflow_id\x18\x05 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\n" +
+	"workflowId\x12L\n" +
+	"\x11create_time_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\x0fcreateTimeAfter\x12N\n" +
+	"\x12create_time_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\x10createTimeBefore\"^\n" +
 	"\x10ListJobsResponse\x12\"\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x0e.lucius.v1.JobR\x04jobs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
-	"\x13ListJobStepsRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x121\n" +
-	"\x04view\x18\x02 \x01(\x0e2\x13.lucius.v1.StepViewB\b\xbaH\x05\x82\x01\x02\x10\x01R\x04view\x12'\n" +
-	"\tpage_size\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\x88'(\x00R\bpageSize\x12'\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd8\x01\n" +
+	"\x13ListJobStepsRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x125\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x13.lucius.v1.StepViewB\f\xe2A\x01\x01\xbaH\x05\x82\x01\x02\x10\x01R\x04view\x12+\n" +
+	"\tpage_size\x18\x03 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\x88'(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"e\n" +
+	"page_token\x18\x04 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"e\n" +
 	"\x14ListJobStepsResponse\x12%\n" +
 	"\x05steps\x18\x01 \x03(\v2\x0f.lucius.v1.StepR\x05steps\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x14ListJobEventsRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12'\n" +
-	"\tpage_size\x18\x02 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x14ListJobEventsRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12+\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"l\n" +
+	"page_token\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"l\n" +
 	"\x15ListJobEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.lucius.v1.JobEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"b\n" +
-	"\x10CancelJobRequest\x12,\n" +
-	"\x06job_id\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\"5\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa0\x01\n" +
+	"\x10CancelJobRequest\x120\n" +
+	"\x06job_id\x18\x01 \x01(\tB\x19\xe2A\x01\x02\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x05jobId\x12$\n" +
+	"\x06reason\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\x06reason\x124\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"5\n" +
 	"\x11CancelJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.lucius.v1.JobR\x03job*g\n" +
 	"\x0eDeadLetterKind\x12 \n" +

@@ -37,6 +37,7 @@ const (
 type JobServiceClient interface {
 	// GetJob returns a job. A job accepted but not yet claimed by an orchestrator
 	// answers with its early status (RECEIVED or QUEUED), never NOT_FOUND.
+	// Reasons: JOB_NOT_FOUND.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	// ListJobs lists jobs newest first, filtered by tenant, status, workflow
 	// and acceptance time.
@@ -44,18 +45,24 @@ type JobServiceClient interface {
 	// ListJobSteps returns a job's steps in workflow order with their attempts:
 	// the steps that run work (tasks and fan-out children), or every workflow node
 	// with view STEP_VIEW_FULL.
+	// Reasons: JOB_NOT_FOUND.
 	ListJobSteps(ctx context.Context, in *ListJobStepsRequest, opts ...grpc.CallOption) (*ListJobStepsResponse, error)
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
+	// Reasons: JOB_NOT_FOUND.
 	ListJobEvents(ctx context.Context, in *ListJobEventsRequest, opts ...grpc.CallOption) (*ListJobEventsResponse, error)
 	// CancelJob asks a job to stop: no new step starts, the in-flight step may
 	// finish, then the job is CANCELLED. A step waiting for a retry is cancelled at
 	// once. Cancelling a terminal job changes nothing and answers with its
 	// terminal state.
+	// Reasons: JOB_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// ReplayJob re-runs a FAILED_FINAL job from its failed steps as a new job
 	// (replay_of names the original, which stays as it was: a terminal job never
 	// changes). Steps that succeeded keep their outputs and artifacts; each failed
 	// step starts with a new attempt.
+	// Reasons: JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
+	// This is also the replay of a step dead letter (DeadLetter.replay_job_id).
 	ReplayJob(ctx context.Context, in *ReplayJobRequest, opts ...grpc.CallOption) (*ReplayJobResponse, error)
 	// WatchJob follows a job as it runs (server streaming; on REST one JSON
 	// object a line): first the job as it is, then every event of its audit
@@ -65,12 +72,14 @@ type JobServiceClient interface {
 	// event that made the job terminal (at
 	// once for a job already terminal). A dropped stream resumes with
 	// after_event_id, the last event_id received: nothing is missed or repeated.
+	// Reasons: JOB_NOT_FOUND, WATCH_BEHIND.
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobResponse], error)
 	// WatchJobs follows many jobs (server streaming): the job-level events
 	// (JOB_ACCEPTED, JOB_QUEUED, JOB_CREATED, JOB_STATUS_CHANGED,
 	// CANCEL_REQUESTED) of a tenant's jobs, or of every job the caller may see,
 	// as they commit, each with its job. It does not end by itself; a dropped
 	// stream resumes with after_event_id.
+	// Reasons: WATCH_BEHIND.
 	WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchJobsResponse], error)
 }
 
@@ -188,6 +197,7 @@ type JobService_WatchJobsClient = grpc.ServerStreamingClient[WatchJobsResponse]
 type JobServiceServer interface {
 	// GetJob returns a job. A job accepted but not yet claimed by an orchestrator
 	// answers with its early status (RECEIVED or QUEUED), never NOT_FOUND.
+	// Reasons: JOB_NOT_FOUND.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	// ListJobs lists jobs newest first, filtered by tenant, status, workflow
 	// and acceptance time.
@@ -195,18 +205,24 @@ type JobServiceServer interface {
 	// ListJobSteps returns a job's steps in workflow order with their attempts:
 	// the steps that run work (tasks and fan-out children), or every workflow node
 	// with view STEP_VIEW_FULL.
+	// Reasons: JOB_NOT_FOUND.
 	ListJobSteps(context.Context, *ListJobStepsRequest) (*ListJobStepsResponse, error)
 	// ListJobEvents returns a job's append-only audit trail, oldest first.
+	// Reasons: JOB_NOT_FOUND.
 	ListJobEvents(context.Context, *ListJobEventsRequest) (*ListJobEventsResponse, error)
 	// CancelJob asks a job to stop: no new step starts, the in-flight step may
 	// finish, then the job is CANCELLED. A step waiting for a retry is cancelled at
 	// once. Cancelling a terminal job changes nothing and answers with its
 	// terminal state.
+	// Reasons: JOB_NOT_FOUND, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// ReplayJob re-runs a FAILED_FINAL job from its failed steps as a new job
 	// (replay_of names the original, which stays as it was: a terminal job never
 	// changes). Steps that succeeded keep their outputs and artifacts; each failed
 	// step starts with a new attempt.
+	// Reasons: JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
+	// This is also the replay of a step dead letter (DeadLetter.replay_job_id).
 	ReplayJob(context.Context, *ReplayJobRequest) (*ReplayJobResponse, error)
 	// WatchJob follows a job as it runs (server streaming; on REST one JSON
 	// object a line): first the job as it is, then every event of its audit
@@ -216,12 +232,14 @@ type JobServiceServer interface {
 	// event that made the job terminal (at
 	// once for a job already terminal). A dropped stream resumes with
 	// after_event_id, the last event_id received: nothing is missed or repeated.
+	// Reasons: JOB_NOT_FOUND, WATCH_BEHIND.
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[WatchJobResponse]) error
 	// WatchJobs follows many jobs (server streaming): the job-level events
 	// (JOB_ACCEPTED, JOB_QUEUED, JOB_CREATED, JOB_STATUS_CHANGED,
 	// CANCEL_REQUESTED) of a tenant's jobs, or of every job the caller may see,
 	// as they commit, each with its job. It does not end by itself; a dropped
 	// stream resumes with after_event_id.
+	// Reasons: WATCH_BEHIND.
 	WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[WatchJobsResponse]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
@@ -471,6 +489,7 @@ type DeadLetterServiceClient interface {
 	// ListDeadLetters lists dead letters, newest first.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// GetDeadLetter returns one dead letter with its message body.
+	// Reasons: DEAD_LETTER_NOT_FOUND.
 	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
 }
 
@@ -513,6 +532,7 @@ type DeadLetterServiceServer interface {
 	// ListDeadLetters lists dead letters, newest first.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// GetDeadLetter returns one dead letter with its message body.
+	// Reasons: DEAD_LETTER_NOT_FOUND.
 	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
 	mustEmbedUnimplementedDeadLetterServiceServer()
 }

@@ -749,7 +749,13 @@ func (x *RunbookStep) GetWorkflowId() string {
 type ApplyRunbookRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The YAML.
-	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -787,6 +793,13 @@ func (*ApplyRunbookRequest) Descriptor() ([]byte, []int) {
 func (x *ApplyRunbookRequest) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *ApplyRunbookRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1125,7 +1138,13 @@ type LoadMembersRequest struct {
 	// At most 50,000 rows a call; member keys are unique in a call.
 	Members []*RunbookMember `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// The rows are the whole data source: members they lack are no longer current.
-	Replace       bool `protobuf:"varint,4,opt,name=replace,proto3" json:"replace,omitempty"`
+	Replace bool `protobuf:"varint,4,opt,name=replace,proto3" json:"replace,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1186,6 +1205,13 @@ func (x *LoadMembersRequest) GetReplace() bool {
 		return x.Replace
 	}
 	return false
+}
+
+func (x *LoadMembersRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // LoadMembersResponse counts what the load did.
@@ -2299,194 +2325,194 @@ var File_lucius_v1_runbook_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_runbook_proto_rawDesc = "" +
 	"\n" +
-	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x06\n" +
-	"\aRunbook\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x16\n" +
-	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
-	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x18\n" +
-	"\acolumns\x18\x06 \x03(\tR\acolumns\x12\x1d\n" +
+	"\x17lucius/v1/runbook.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\a\n" +
+	"\aRunbook\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12\x1e\n" +
+	"\aversion\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\aversion\x12&\n" +
+	"\vdescription\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\vdescription\x12\x1c\n" +
+	"\x06source\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\x06source\x12\x1c\n" +
+	"\x06sha256\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x06sha256\x12\x1e\n" +
+	"\acolumns\x18\x06 \x03(\tB\x04\xe2A\x01\x03R\acolumns\x12#\n" +
 	"\n" +
-	"data_table\x18\a \x01(\tR\tdataTable\x12\x16\n" +
-	"\x06active\x18\b \x01(\bR\x06active\x12E\n" +
-	"\x10overdue_behavior\x18\t \x01(\x0e2\x1a.lucius.v1.OverdueBehaviorR\x0foverdueBehavior\x12\x1d\n" +
+	"data_table\x18\a \x01(\tB\x04\xe2A\x01\x03R\tdataTable\x12\x1c\n" +
+	"\x06active\x18\b \x01(\bB\x04\xe2A\x01\x03R\x06active\x12K\n" +
+	"\x10overdue_behavior\x18\t \x01(\x0e2\x1a.lucius.v1.OverdueBehaviorB\x04\xe2A\x01\x03R\x0foverdueBehavior\x12#\n" +
 	"\n" +
 	"rerun_init\x18\n" +
-	" \x01(\bR\trerunInit\x124\n" +
-	"\x16ignore_overdue_applied\x18\v \x01(\bR\x14ignoreOverdueApplied\x12*\n" +
-	"\x04init\x18\f \x03(\v2\x16.lucius.v1.RunbookStepR\x04init\x12/\n" +
-	"\x06phases\x18\r \x03(\v2\x17.lucius.v1.RunbookPhaseR\x06phases\x128\n" +
-	"\trollbacks\x18\x0e \x03(\v2\x1a.lucius.v1.RunbookRollbackR\trollbacks\x12B\n" +
-	"\x11on_member_removed\x18\x0f \x03(\v2\x16.lucius.v1.RunbookStepR\x0fonMemberRemoved\x12;\n" +
-	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12?\n" +
-	"\ractivate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\factivateTime\x12\x1d\n" +
+	" \x01(\bB\x04\xe2A\x01\x03R\trerunInit\x12:\n" +
+	"\x16ignore_overdue_applied\x18\v \x01(\bB\x04\xe2A\x01\x03R\x14ignoreOverdueApplied\x120\n" +
+	"\x04init\x18\f \x03(\v2\x16.lucius.v1.RunbookStepB\x04\xe2A\x01\x03R\x04init\x125\n" +
+	"\x06phases\x18\r \x03(\v2\x17.lucius.v1.RunbookPhaseB\x04\xe2A\x01\x03R\x06phases\x12>\n" +
+	"\trollbacks\x18\x0e \x03(\v2\x1a.lucius.v1.RunbookRollbackB\x04\xe2A\x01\x03R\trollbacks\x12H\n" +
+	"\x11on_member_removed\x18\x0f \x03(\v2\x16.lucius.v1.RunbookStepB\x04\xe2A\x01\x03R\x0fonMemberRemoved\x12A\n" +
+	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12E\n" +
+	"\ractivate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\factivateTime\x12#\n" +
 	"\n" +
-	"created_by\x18\x12 \x01(\tR\tcreatedBy\x12!\n" +
-	"\factivated_by\x18\x13 \x01(\tR\vactivatedBy\"w\n" +
-	"\fRunbookPhase\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
-	"\x0eoffset_minutes\x18\x02 \x01(\x05R\roffsetMinutes\x12,\n" +
-	"\x05steps\x18\x03 \x03(\v2\x16.lucius.v1.RunbookStepR\x05steps\"S\n" +
-	"\x0fRunbookRollback\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
-	"\x05steps\x18\x02 \x03(\v2\x16.lucius.v1.RunbookStepR\x05steps\"\xbb\x02\n" +
-	"\vRunbookStep\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
-	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bfunction\x18\x03 \x01(\tR\bfunction\x12 \n" +
-	"\fis_poll_step\x18\x04 \x01(\bR\n" +
-	"isPollStep\x12*\n" +
-	"\x11poll_interval_sec\x18\x05 \x01(\x05R\x0fpollIntervalSec\x12(\n" +
-	"\x10poll_timeout_sec\x18\x06 \x01(\x05R\x0epollTimeoutSec\x12\x1d\n" +
+	"created_by\x18\x12 \x01(\tB\x04\xe2A\x01\x03R\tcreatedBy\x12'\n" +
+	"\factivated_by\x18\x13 \x01(\tB\x04\xe2A\x01\x03R\vactivatedBy\"\x89\x01\n" +
+	"\fRunbookPhase\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12+\n" +
+	"\x0eoffset_minutes\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\roffsetMinutes\x122\n" +
+	"\x05steps\x18\x03 \x03(\v2\x16.lucius.v1.RunbookStepB\x04\xe2A\x01\x03R\x05steps\"_\n" +
+	"\x0fRunbookRollback\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x122\n" +
+	"\x05steps\x18\x02 \x03(\v2\x16.lucius.v1.RunbookStepB\x04\xe2A\x01\x03R\x05steps\"\xf1\x02\n" +
+	"\vRunbookStep\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12!\n" +
+	"\tworker_id\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\bworkerId\x12 \n" +
+	"\bfunction\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\bfunction\x12&\n" +
+	"\fis_poll_step\x18\x04 \x01(\bB\x04\xe2A\x01\x03R\n" +
+	"isPollStep\x120\n" +
+	"\x11poll_interval_sec\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\x0fpollIntervalSec\x12.\n" +
+	"\x10poll_timeout_sec\x18\x06 \x01(\x05B\x04\xe2A\x01\x03R\x0epollTimeoutSec\x12#\n" +
 	"\n" +
-	"on_failure\x18\a \x01(\tR\tonFailure\x12'\n" +
-	"\x0ftimeout_seconds\x18\b \x01(\x05R\x0etimeoutSeconds\x12\x1f\n" +
-	"\vworkflow_id\x18\t \x01(\tR\n" +
-	"workflowId\":\n" +
-	"\x13ApplyRunbookRequest\x12#\n" +
-	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"^\n" +
+	"on_failure\x18\a \x01(\tB\x04\xe2A\x01\x03R\tonFailure\x12-\n" +
+	"\x0ftimeout_seconds\x18\b \x01(\x05B\x04\xe2A\x01\x03R\x0etimeoutSeconds\x12%\n" +
+	"\vworkflow_id\x18\t \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"workflowId\"t\n" +
+	"\x13ApplyRunbookRequest\x12'\n" +
+	"\x06source\x18\x01 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"^\n" +
 	"\x14ApplyRunbookResponse\x12,\n" +
 	"\arunbook\x18\x01 \x01(\v2\x12.lucius.v1.RunbookR\arunbook\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"i\n" +
-	"\x11GetRunbookRequest\x121\n" +
-	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\x04name\x12!\n" +
-	"\aversion\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\aversion\"B\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"q\n" +
+	"\x11GetRunbookRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe2A\x01\x02\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\x04name\x12%\n" +
+	"\aversion\x18\x02 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\aversion\"B\n" +
 	"\x12GetRunbookResponse\x12,\n" +
-	"\arunbook\x18\x01 \x01(\v2\x12.lucius.v1.RunbookR\arunbook\"g\n" +
-	"\x13ListRunbooksRequest\x12'\n" +
-	"\tpage_size\x18\x01 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\arunbook\x18\x01 \x01(\v2\x12.lucius.v1.RunbookR\arunbook\"o\n" +
+	"\x13ListRunbooksRequest\x12+\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"n\n" +
+	"page_token\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"n\n" +
 	"\x14ListRunbooksResponse\x12.\n" +
 	"\brunbooks\x18\x01 \x03(\v2\x12.lucius.v1.RunbookR\brunbooks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe2\x01\n" +
-	"\rRunbookMember\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf4\x01\n" +
+	"\rRunbookMember\x12#\n" +
 	"\n" +
-	"member_key\x18\x01 \x01(\tR\tmemberKey\x129\n" +
+	"member_key\x18\x01 \x01(\tB\x04\xe2A\x01\x01R\tmemberKey\x12?\n" +
 	"\n" +
-	"batch_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tbatchTime\x12<\n" +
-	"\x06values\x18\x03 \x03(\v2$.lucius.v1.RunbookMember.ValuesEntryR\x06values\x1a9\n" +
+	"batch_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\tbatchTime\x12B\n" +
+	"\x06values\x18\x03 \x03(\v2$.lucius.v1.RunbookMember.ValuesEntryB\x04\xe2A\x01\x01R\x06values\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\x01\n" +
-	"\x12LoadMembersRequest\x121\n" +
-	"\x04name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\x04name\x12!\n" +
-	"\aversion\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\aversion\x12>\n" +
-	"\amembers\x18\x03 \x03(\v2\x18.lucius.v1.RunbookMemberB\n" +
-	"\xbaH\a\x92\x01\x04\x10І\x03R\amembers\x12\x18\n" +
-	"\areplace\x18\x04 \x01(\bR\areplace\"\x9d\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x02\n" +
+	"\x12LoadMembersRequest\x125\n" +
+	"\x04name\x18\x01 \x01(\tB!\xe2A\x01\x02\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\x04name\x12%\n" +
+	"\aversion\x18\x02 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\aversion\x12B\n" +
+	"\amembers\x18\x03 \x03(\v2\x18.lucius.v1.RunbookMemberB\x0e\xe2A\x01\x01\xbaH\a\x92\x01\x04\x10І\x03R\amembers\x12\x1e\n" +
+	"\areplace\x18\x04 \x01(\bB\x04\xe2A\x01\x01R\areplace\x124\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"\x9d\x01\n" +
 	"\x13LoadMembersResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\x05R\binserted\x12\x18\n" +
 	"\aupdated\x18\x03 \x01(\x05R\aupdated\x12\x1c\n" +
 	"\tunchanged\x18\x04 \x01(\x05R\tunchanged\x12\x18\n" +
-	"\aremoved\x18\x05 \x01(\x05R\aremoved\"\x97\x05\n" +
-	"\x05Batch\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\x03R\abatchId\x12!\n" +
-	"\frunbook_name\x18\x02 \x01(\tR\vrunbookName\x12'\n" +
-	"\x0frunbook_version\x18\x03 \x01(\x05R\x0erunbookVersion\x12D\n" +
-	"\x10batch_start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0ebatchStartTime\x12.\n" +
-	"\x06status\x18\x05 \x01(\x0e2\x16.lucius.v1.BatchStatusR\x06status\x12;\n" +
-	"\vdetect_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"detectTime\x12H\n" +
-	"\x12init_dispatch_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x10initDispatchTime\x12?\n" +
-	"\rcomplete_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12.\n" +
-	"\x13active_member_count\x18\t \x01(\x05R\x11activeMemberCount\x120\n" +
+	"\aremoved\x18\x05 \x01(\x05R\aremoved\"\xdf\x05\n" +
+	"\x05Batch\x12\x1f\n" +
+	"\bbatch_id\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\abatchId\x12'\n" +
+	"\frunbook_name\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\vrunbookName\x12-\n" +
+	"\x0frunbook_version\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\x0erunbookVersion\x12J\n" +
+	"\x10batch_start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x0ebatchStartTime\x124\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x16.lucius.v1.BatchStatusB\x04\xe2A\x01\x03R\x06status\x12A\n" +
+	"\vdetect_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"detectTime\x12N\n" +
+	"\x12init_dispatch_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x10initDispatchTime\x12E\n" +
+	"\rcomplete_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x124\n" +
+	"\x13active_member_count\x18\t \x01(\x05B\x04\xe2A\x01\x03R\x11activeMemberCount\x126\n" +
 	"\x14removed_member_count\x18\n" +
-	" \x01(\x05R\x12removedMemberCount\x12D\n" +
-	"\x10phase_executions\x18\v \x03(\v2\x19.lucius.v1.PhaseExecutionR\x0fphaseExecutions\x12A\n" +
-	"\x0finit_executions\x18\f \x03(\v2\x18.lucius.v1.InitExecutionR\x0einitExecutions\"\xe0\x03\n" +
-	"\x0ePhaseExecution\x12,\n" +
-	"\x12phase_execution_id\x18\x01 \x01(\x03R\x10phaseExecutionId\x12\x1d\n" +
+	" \x01(\x05B\x04\xe2A\x01\x03R\x12removedMemberCount\x12J\n" +
+	"\x10phase_executions\x18\v \x03(\v2\x19.lucius.v1.PhaseExecutionB\x04\xe2A\x01\x03R\x0fphaseExecutions\x12G\n" +
+	"\x0finit_executions\x18\f \x03(\v2\x18.lucius.v1.InitExecutionB\x04\xe2A\x01\x03R\x0einitExecutions\"\x96\x04\n" +
+	"\x0ePhaseExecution\x122\n" +
+	"\x12phase_execution_id\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\x10phaseExecutionId\x12#\n" +
 	"\n" +
-	"phase_name\x18\x02 \x01(\tR\tphaseName\x12%\n" +
-	"\x0eoffset_minutes\x18\x03 \x01(\x05R\roffsetMinutes\x125\n" +
-	"\bdue_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12'\n" +
-	"\x0frunbook_version\x18\x05 \x01(\x05R\x0erunbookVersion\x127\n" +
-	"\x06status\x18\x06 \x01(\x0e2\x1f.lucius.v1.PhaseExecutionStatusR\x06status\x12?\n" +
-	"\rdispatch_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x12?\n" +
-	"\rcomplete_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\x12?\n" +
-	"\vstep_counts\x18\t \x01(\v2\x1e.lucius.v1.StepExecutionCountsR\n" +
-	"stepCounts\"\x97\x02\n" +
-	"\x13StepExecutionCounts\x12\x14\n" +
-	"\x05total\x18\x01 \x01(\x05R\x05total\x12\x18\n" +
-	"\apending\x18\x02 \x01(\x05R\apending\x12\x1e\n" +
+	"phase_name\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\tphaseName\x12+\n" +
+	"\x0eoffset_minutes\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\roffsetMinutes\x12;\n" +
+	"\bdue_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\adueTime\x12-\n" +
+	"\x0frunbook_version\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\x0erunbookVersion\x12=\n" +
+	"\x06status\x18\x06 \x01(\x0e2\x1f.lucius.v1.PhaseExecutionStatusB\x04\xe2A\x01\x03R\x06status\x12E\n" +
+	"\rdispatch_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fdispatchTime\x12E\n" +
+	"\rcomplete_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\x12E\n" +
+	"\vstep_counts\x18\t \x01(\v2\x1e.lucius.v1.StepExecutionCountsB\x04\xe2A\x01\x03R\n" +
+	"stepCounts\"\xcd\x02\n" +
+	"\x13StepExecutionCounts\x12\x1a\n" +
+	"\x05total\x18\x01 \x01(\x05B\x04\xe2A\x01\x03R\x05total\x12\x1e\n" +
+	"\apending\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\apending\x12$\n" +
 	"\n" +
-	"dispatched\x18\x03 \x01(\x05R\n" +
-	"dispatched\x12\x1c\n" +
-	"\tsucceeded\x18\x04 \x01(\x05R\tsucceeded\x12\x16\n" +
-	"\x06failed\x18\x05 \x01(\x05R\x06failed\x12\x18\n" +
-	"\apolling\x18\x06 \x01(\x05R\apolling\x12!\n" +
-	"\fpoll_timeout\x18\a \x01(\x05R\vpollTimeout\x12\x1f\n" +
-	"\vrolled_back\x18\b \x01(\x05R\n" +
-	"rolledBack\x12\x1c\n" +
-	"\tcancelled\x18\t \x01(\x05R\tcancelled\"\xee\x03\n" +
-	"\rInitExecution\x12*\n" +
-	"\x11init_execution_id\x18\x01 \x01(\x03R\x0finitExecutionId\x12\x1b\n" +
-	"\tstep_name\x18\x02 \x01(\tR\bstepName\x12\x1d\n" +
+	"dispatched\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\n" +
+	"dispatched\x12\"\n" +
+	"\tsucceeded\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\tsucceeded\x12\x1c\n" +
+	"\x06failed\x18\x05 \x01(\x05B\x04\xe2A\x01\x03R\x06failed\x12\x1e\n" +
+	"\apolling\x18\x06 \x01(\x05B\x04\xe2A\x01\x03R\apolling\x12'\n" +
+	"\fpoll_timeout\x18\a \x01(\x05B\x04\xe2A\x01\x03R\vpollTimeout\x12%\n" +
+	"\vrolled_back\x18\b \x01(\x05B\x04\xe2A\x01\x03R\n" +
+	"rolledBack\x12\"\n" +
+	"\tcancelled\x18\t \x01(\x05B\x04\xe2A\x01\x03R\tcancelled\"\xb6\x04\n" +
+	"\rInitExecution\x120\n" +
+	"\x11init_execution_id\x18\x01 \x01(\x03B\x04\xe2A\x01\x03R\x0finitExecutionId\x12!\n" +
+	"\tstep_name\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\bstepName\x12#\n" +
 	"\n" +
-	"step_index\x18\x03 \x01(\x05R\tstepIndex\x12'\n" +
-	"\x0frunbook_version\x18\x04 \x01(\x05R\x0erunbookVersion\x12\x1b\n" +
-	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bfunction\x18\x06 \x01(\tR\bfunction\x126\n" +
-	"\x06status\x18\a \x01(\x0e2\x1e.lucius.v1.StepExecutionStatusR\x06status\x12\x15\n" +
-	"\x06job_id\x18\b \x01(\tR\x05jobId\x12#\n" +
-	"\rerror_message\x18\t \x01(\tR\ferrorMessage\x12\x1d\n" +
+	"step_index\x18\x03 \x01(\x05B\x04\xe2A\x01\x03R\tstepIndex\x12-\n" +
+	"\x0frunbook_version\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\x0erunbookVersion\x12!\n" +
+	"\tworker_id\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\bworkerId\x12 \n" +
+	"\bfunction\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\bfunction\x12<\n" +
+	"\x06status\x18\a \x01(\x0e2\x1e.lucius.v1.StepExecutionStatusB\x04\xe2A\x01\x03R\x06status\x12\x1b\n" +
+	"\x06job_id\x18\b \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12)\n" +
+	"\rerror_message\x18\t \x01(\tB\x04\xe2A\x01\x03R\ferrorMessage\x12#\n" +
 	"\n" +
 	"poll_count\x18\n" +
-	" \x01(\x05R\tpollCount\x12?\n" +
-	"\rdispatch_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x12?\n" +
-	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime\"\xa8\x01\n" +
-	"\x12ListBatchesRequest\x12@\n" +
-	"\frunbook_name\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\vrunbookName\x12'\n" +
-	"\tpage_size\x18\x02 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	" \x01(\x05B\x04\xe2A\x01\x03R\tpollCount\x12E\n" +
+	"\rdispatch_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fdispatchTime\x12E\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime\"\xb4\x01\n" +
+	"\x12ListBatchesRequest\x12D\n" +
+	"\frunbook_name\x18\x01 \x01(\tB!\xe2A\x01\x02\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\vrunbookName\x12+\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"i\n" +
+	"page_token\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"i\n" +
 	"\x13ListBatchesResponse\x12*\n" +
 	"\abatches\x18\x01 \x03(\v2\x10.lucius.v1.BatchR\abatches\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
-	"\x0fGetBatchRequest\x12\"\n" +
-	"\bbatch_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\abatchId\":\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"9\n" +
+	"\x0fGetBatchRequest\x12&\n" +
+	"\bbatch_id\x18\x01 \x01(\x03B\v\xe2A\x01\x02\xbaH\x04\"\x02 \x00R\abatchId\":\n" +
 	"\x10GetBatchResponse\x12&\n" +
-	"\x05batch\x18\x01 \x01(\v2\x10.lucius.v1.BatchR\x05batch\"\x8f\x01\n" +
-	"\x17ListBatchMembersRequest\x12\"\n" +
-	"\bbatch_id\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\abatchId\x12'\n" +
-	"\tpage_size\x18\x02 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
+	"\x05batch\x18\x01 \x01(\v2\x10.lucius.v1.BatchR\x05batch\"\x9b\x01\n" +
+	"\x17ListBatchMembersRequest\x12&\n" +
+	"\bbatch_id\x18\x01 \x01(\x03B\v\xe2A\x01\x02\xbaH\x04\"\x02 \x00R\abatchId\x12+\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"t\n" +
+	"page_token\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"t\n" +
 	"\x18ListBatchMembersResponse\x120\n" +
 	"\amembers\x18\x01 \x03(\v2\x16.lucius.v1.BatchMemberR\amembers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8c\x02\n" +
-	"\vBatchMember\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaa\x02\n" +
+	"\vBatchMember\x12#\n" +
 	"\n" +
-	"member_key\x18\x01 \x01(\tR\tmemberKey\x124\n" +
-	"\x06status\x18\x02 \x01(\x0e2\x1c.lucius.v1.BatchMemberStatusR\x06status\x125\n" +
-	"\badd_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aaddTime\x12;\n" +
-	"\vremove_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"removeTime\x124\n" +
-	"\x05steps\x18\x05 \x03(\v2\x1e.lucius.v1.MemberStepExecutionR\x05steps\"\xd2\x03\n" +
-	"\x13MemberStepExecution\x12\x1d\n" +
+	"member_key\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\tmemberKey\x12:\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1c.lucius.v1.BatchMemberStatusB\x04\xe2A\x01\x03R\x06status\x12;\n" +
+	"\badd_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\aaddTime\x12A\n" +
+	"\vremove_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"removeTime\x12:\n" +
+	"\x05steps\x18\x05 \x03(\v2\x1e.lucius.v1.MemberStepExecutionB\x04\xe2A\x01\x03R\x05steps\"\x9a\x04\n" +
+	"\x13MemberStepExecution\x12#\n" +
 	"\n" +
-	"phase_name\x18\x01 \x01(\tR\tphaseName\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1b\n" +
-	"\tstep_name\x18\x03 \x01(\tR\bstepName\x12\x1d\n" +
+	"phase_name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\tphaseName\x12\x18\n" +
+	"\x04kind\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x04kind\x12!\n" +
+	"\tstep_name\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\bstepName\x12#\n" +
 	"\n" +
-	"step_index\x18\x04 \x01(\x05R\tstepIndex\x12\x1b\n" +
-	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bfunction\x18\x06 \x01(\tR\bfunction\x126\n" +
-	"\x06status\x18\a \x01(\x0e2\x1e.lucius.v1.StepExecutionStatusR\x06status\x12\x15\n" +
-	"\x06job_id\x18\b \x01(\tR\x05jobId\x12#\n" +
-	"\rerror_message\x18\t \x01(\tR\ferrorMessage\x12\x1d\n" +
+	"step_index\x18\x04 \x01(\x05B\x04\xe2A\x01\x03R\tstepIndex\x12!\n" +
+	"\tworker_id\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\bworkerId\x12 \n" +
+	"\bfunction\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\bfunction\x12<\n" +
+	"\x06status\x18\a \x01(\x0e2\x1e.lucius.v1.StepExecutionStatusB\x04\xe2A\x01\x03R\x06status\x12\x1b\n" +
+	"\x06job_id\x18\b \x01(\tB\x04\xe2A\x01\x03R\x05jobId\x12)\n" +
+	"\rerror_message\x18\t \x01(\tB\x04\xe2A\x01\x03R\ferrorMessage\x12#\n" +
 	"\n" +
 	"poll_count\x18\n" +
-	" \x01(\x05R\tpollCount\x12?\n" +
-	"\rdispatch_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x12?\n" +
-	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\fcompleteTime*l\n" +
+	" \x01(\x05B\x04\xe2A\x01\x03R\tpollCount\x12E\n" +
+	"\rdispatch_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fdispatchTime\x12E\n" +
+	"\rcomplete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fcompleteTime*l\n" +
 	"\x0fOverdueBehavior\x12 \n" +
 	"\x1cOVERDUE_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16OVERDUE_BEHAVIOR_RERUN\x10\x01\x12\x1b\n" +

@@ -48,8 +48,12 @@ type RunbookServiceClient interface {
 	// "source:line:column: message" (reason INVALID_RUNBOOK); a function owned
 	// by another worker pool fails with reason FUNCTION_OWNED_BY_OTHER_POOL and
 	// stores nothing.
+	// Reasons: INVALID_RUNBOOK, RUNBOOK_VERSION_EXISTS,
+	// FUNCTION_OWNED_BY_OTHER_POOL,
+	// GENERATED_WORKFLOW_CONFLICT, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ApplyRunbook(ctx context.Context, in *ApplyRunbookRequest, opts ...grpc.CallOption) (*ApplyRunbookResponse, error)
 	// GetRunbook returns a version of a runbook, the active one by default.
+	// Reasons: RUNBOOK_NOT_FOUND.
 	GetRunbook(ctx context.Context, in *GetRunbookRequest, opts ...grpc.CallOption) (*GetRunbookResponse, error)
 	// ListRunbooks returns every stored version, by name, the latest version first.
 	ListRunbooks(ctx context.Context, in *ListRunbooksRequest, opts ...grpc.CallOption) (*ListRunbooksResponse, error)
@@ -58,14 +62,18 @@ type RunbookServiceClient interface {
 	// current (the data source stopped returning them). Invalid rows fail with
 	// INVALID_ARGUMENT naming each field, e.g. members[3].values.colour
 	// (reason INVALID_MEMBERS); nothing is written then.
+	// Reasons: RUNBOOK_NOT_FOUND, INVALID_MEMBERS, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	LoadMembers(ctx context.Context, in *LoadMembersRequest, opts ...grpc.CallOption) (*LoadMembersResponse, error)
 	// ListBatches lists a runbook's batches, newest first, with their member
 	// counts (without phase and init executions: GetBatch has those).
 	ListBatches(ctx context.Context, in *ListBatchesRequest, opts ...grpc.CallOption) (*ListBatchesResponse, error)
 	// GetBatch returns a batch with its phase executions and init executions.
+	// Reasons: BATCH_NOT_FOUND.
 	GetBatch(ctx context.Context, in *GetBatchRequest, opts ...grpc.CallOption) (*GetBatchResponse, error)
 	// ListBatchMembers lists a batch's members by key, each with its step
 	// executions (phase, rollback and removal steps) and their states.
+	// Reasons: BATCH_NOT_FOUND.
 	ListBatchMembers(ctx context.Context, in *ListBatchMembersRequest, opts ...grpc.CallOption) (*ListBatchMembersResponse, error)
 }
 
@@ -167,8 +175,12 @@ type RunbookServiceServer interface {
 	// "source:line:column: message" (reason INVALID_RUNBOOK); a function owned
 	// by another worker pool fails with reason FUNCTION_OWNED_BY_OTHER_POOL and
 	// stores nothing.
+	// Reasons: INVALID_RUNBOOK, RUNBOOK_VERSION_EXISTS,
+	// FUNCTION_OWNED_BY_OTHER_POOL,
+	// GENERATED_WORKFLOW_CONFLICT, REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	ApplyRunbook(context.Context, *ApplyRunbookRequest) (*ApplyRunbookResponse, error)
 	// GetRunbook returns a version of a runbook, the active one by default.
+	// Reasons: RUNBOOK_NOT_FOUND.
 	GetRunbook(context.Context, *GetRunbookRequest) (*GetRunbookResponse, error)
 	// ListRunbooks returns every stored version, by name, the latest version first.
 	ListRunbooks(context.Context, *ListRunbooksRequest) (*ListRunbooksResponse, error)
@@ -177,14 +189,18 @@ type RunbookServiceServer interface {
 	// current (the data source stopped returning them). Invalid rows fail with
 	// INVALID_ARGUMENT naming each field, e.g. members[3].values.colour
 	// (reason INVALID_MEMBERS); nothing is written then.
+	// Reasons: RUNBOOK_NOT_FOUND, INVALID_MEMBERS, REQUEST_ID_REUSED,
+	// REQUEST_ID_IN_PROGRESS.
 	LoadMembers(context.Context, *LoadMembersRequest) (*LoadMembersResponse, error)
 	// ListBatches lists a runbook's batches, newest first, with their member
 	// counts (without phase and init executions: GetBatch has those).
 	ListBatches(context.Context, *ListBatchesRequest) (*ListBatchesResponse, error)
 	// GetBatch returns a batch with its phase executions and init executions.
+	// Reasons: BATCH_NOT_FOUND.
 	GetBatch(context.Context, *GetBatchRequest) (*GetBatchResponse, error)
 	// ListBatchMembers lists a batch's members by key, each with its step
 	// executions (phase, rollback and removal steps) and their states.
+	// Reasons: BATCH_NOT_FOUND.
 	ListBatchMembers(context.Context, *ListBatchMembersRequest) (*ListBatchMembersResponse, error)
 	mustEmbedUnimplementedRunbookServiceServer()
 }

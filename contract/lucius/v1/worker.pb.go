@@ -473,40 +473,37 @@ var File_lucius_v1_worker_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x16lucius/v1/worker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n" +
-	"\vHandlerInfo\x129\n" +
-	"\x04name\x18\x01 \x01(\tB%\xbaH\"r 2\x1e^[A-Za-z][A-Za-z0-9_.-]{0,63}$R\x04name\x12!\n" +
-	"\aversion\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\aversion\x12*\n" +
-	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\vdescription\"\xe0\x01\n" +
-	"\x15RegisterWorkerRequest\x127\n" +
-	"\aservice\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\aservice\x12+\n" +
-	"\vinstance_id\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\n" +
-	"instanceId\x12!\n" +
-	"\aversion\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\aversion\x12>\n" +
-	"\bhandlers\x18\x04 \x03(\v2\x16.lucius.v1.HandlerInfoB\n" +
-	"\xbaH\a\x92\x01\x04\b\x01\x10@R\bhandlers\"b\n" +
+	"\x16lucius/v1/worker.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
+	"\vHandlerInfo\x12=\n" +
+	"\x04name\x18\x01 \x01(\tB)\xe2A\x01\x02\xbaH\"r 2\x1e^[A-Za-z][A-Za-z0-9_.-]{0,63}$R\x04name\x12%\n" +
+	"\aversion\x18\x02 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\aversion\x12.\n" +
+	"\vdescription\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\vdescription\"\xf0\x01\n" +
+	"\x15RegisterWorkerRequest\x12;\n" +
+	"\aservice\x18\x01 \x01(\tB!\xe2A\x01\x02\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,62}$R\aservice\x12/\n" +
+	"\vinstance_id\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\x80\x01R\n" +
+	"instanceId\x12%\n" +
+	"\aversion\x18\x03 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\aversion\x12B\n" +
+	"\bhandlers\x18\x04 \x03(\v2\x16.lucius.v1.HandlerInfoB\x0e\xe2A\x01\x02\xbaH\a\x92\x01\x04\b\x01\x10@R\bhandlers\"b\n" +
 	"\x16RegisterWorkerResponse\x12H\n" +
-	"\x12heartbeat_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xdc\x01\n" +
-	"\x0eWorkerInstance\x12\x1f\n" +
-	"\vinstance_id\x18\x01 \x01(\tR\n" +
-	"instanceId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\x129\n" +
+	"\x12heartbeat_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\"\xfa\x01\n" +
+	"\x0eWorkerInstance\x12%\n" +
+	"\vinstance_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"instanceId\x12\x1e\n" +
+	"\aversion\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\aversion\x12?\n" +
 	"\n" +
-	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12@\n" +
-	"\x0elast_seen_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\x12\x12\n" +
-	"\x04live\x18\x05 \x01(\bR\x04live\"\xd1\x01\n" +
-	"\x06Worker\x12\x18\n" +
-	"\aservice\x18\x01 \x01(\tR\aservice\x122\n" +
-	"\bhandlers\x18\x02 \x03(\v2\x16.lucius.v1.HandlerInfoR\bhandlers\x127\n" +
-	"\tinstances\x18\x03 \x03(\v2\x19.lucius.v1.WorkerInstanceR\tinstances\x12@\n" +
-	"\x0elast_seen_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flastSeenTime\"\x89\x01\n" +
-	"\x12ListWorkersRequest\x12!\n" +
-	"\aservice\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\aservice\x12'\n" +
-	"\tpage_size\x18\x02 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\tstartTime\x12F\n" +
+	"\x0elast_seen_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\flastSeenTime\x12\x18\n" +
+	"\x04live\x18\x05 \x01(\bB\x04\xe2A\x01\x03R\x04live\"\xe9\x01\n" +
+	"\x06Worker\x12\x1e\n" +
+	"\aservice\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\aservice\x128\n" +
+	"\bhandlers\x18\x02 \x03(\v2\x16.lucius.v1.HandlerInfoB\x04\xe2A\x01\x03R\bhandlers\x12=\n" +
+	"\tinstances\x18\x03 \x03(\v2\x19.lucius.v1.WorkerInstanceB\x04\xe2A\x01\x03R\tinstances\x12F\n" +
+	"\x0elast_seen_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\flastSeenTime\"\x95\x01\n" +
+	"\x12ListWorkersRequest\x12%\n" +
+	"\aservice\x18\x01 \x01(\tB\v\xe2A\x01\x01\xbaH\x04r\x02\x18@R\aservice\x12+\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"j\n" +
+	"page_token\x18\x03 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"j\n" +
 	"\x13ListWorkersResponse\x12+\n" +
 	"\aworkers\x18\x01 \x03(\v2\x11.lucius.v1.WorkerR\aworkers\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xea\x01\n" +

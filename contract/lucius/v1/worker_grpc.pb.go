@@ -36,6 +36,9 @@ const (
 type WorkerServiceClient interface {
 	// RegisterWorker announces (or heartbeats) one worker instance. Workers
 	// only, for a service their identity serves.
+	// Reasons: SERVICE_NOT_SERVED, HANDLER_OWNED_BY_ANOTHER_SERVICE.
+	// No request_id: worker-facing, and announcing again is harmless (workers
+	// re-announce on an interval).
 	RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*RegisterWorkerResponse, error)
 	// ListWorkers lists the services whose workers were seen recently, with
 	// their handlers and instances.
@@ -83,6 +86,9 @@ func (c *workerServiceClient) ListWorkers(ctx context.Context, in *ListWorkersRe
 type WorkerServiceServer interface {
 	// RegisterWorker announces (or heartbeats) one worker instance. Workers
 	// only, for a service their identity serves.
+	// Reasons: SERVICE_NOT_SERVED, HANDLER_OWNED_BY_ANOTHER_SERVICE.
+	// No request_id: worker-facing, and announcing again is harmless (workers
+	// re-announce on an interval).
 	RegisterWorker(context.Context, *RegisterWorkerRequest) (*RegisterWorkerResponse, error)
 	// ListWorkers lists the services whose workers were seen recently, with
 	// their handlers and instances.

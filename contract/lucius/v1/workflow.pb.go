@@ -300,7 +300,13 @@ func (x *WorkflowNode) GetNext() []string {
 type RegisterWorkflowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The YAML definition.
-	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// An optional id of this request (AIP-155): a retry with the same id by the
+	// same caller answers what the first call answered and does nothing twice;
+	// the same id with a different request is refused (ALREADY_EXISTS,
+	// REQUEST_ID_REUSED). 1 to 64 printable ASCII characters, a UUID for
+	// instance; remembered for 24 hours. README: "Retries and request ids".
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +344,13 @@ func (*RegisterWorkflowRequest) Descriptor() ([]byte, []int) {
 func (x *RegisterWorkflowRequest) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *RegisterWorkflowRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -714,53 +727,54 @@ var File_lucius_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_lucius_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n" +
-	"\bWorkflow\x12\x1f\n" +
-	"\vworkflow_id\x18\x01 \x01(\tR\n" +
-	"workflowId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x16\n" +
-	"\x06source\x18\x05 \x01(\tR\x06source\x12\x16\n" +
-	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x120\n" +
-	"\x06inputs\x18\a \x03(\v2\x18.lucius.v1.WorkflowInputR\x06inputs\x12-\n" +
-	"\x05nodes\x18\b \x03(\v2\x17.lucius.v1.WorkflowNodeR\x05nodes\x12?\n" +
-	"\rregister_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x12#\n" +
+	"\x18lucius/v1/workflow.proto\x12\tlucius.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x03\n" +
+	"\bWorkflow\x12%\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"workflowId\x12\x1e\n" +
+	"\aversion\x18\x02 \x01(\x05B\x04\xe2A\x01\x03R\aversion\x12\x18\n" +
+	"\x04name\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12&\n" +
+	"\vdescription\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\vdescription\x12\x1c\n" +
+	"\x06source\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x06source\x12\x1c\n" +
+	"\x06sha256\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\x06sha256\x126\n" +
+	"\x06inputs\x18\a \x03(\v2\x18.lucius.v1.WorkflowInputB\x04\xe2A\x01\x03R\x06inputs\x123\n" +
+	"\x05nodes\x18\b \x03(\v2\x17.lucius.v1.WorkflowNodeB\x04\xe2A\x01\x03R\x05nodes\x12E\n" +
+	"\rregister_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\fregisterTime\x12)\n" +
 	"\rregistered_by\x18\n" +
-	" \x01(\tR\fregisteredBy\"\x90\x01\n" +
-	"\rWorkflowInput\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
-	"\brequired\x18\x03 \x01(\bR\brequired\x12;\n" +
-	"\rdefault_value\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\fdefaultValue\"\x83\x01\n" +
-	"\fWorkflowNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x12\x18\n" +
-	"\ahandler\x18\x03 \x01(\tR\ahandler\x12\x18\n" +
-	"\aservice\x18\x04 \x01(\tR\aservice\x12\x12\n" +
-	"\x04next\x18\x05 \x03(\tR\x04next\">\n" +
-	"\x17RegisterWorkflowRequest\x12#\n" +
-	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"e\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\fregisteredBy\"\xa8\x01\n" +
+	"\rWorkflowInput\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04name\x12\x18\n" +
+	"\x04type\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x04type\x12 \n" +
+	"\brequired\x18\x03 \x01(\bB\x04\xe2A\x01\x03R\brequired\x12A\n" +
+	"\rdefault_value\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xe2A\x01\x03R\fdefaultValue\"\xa1\x01\n" +
+	"\fWorkflowNode\x12\x1d\n" +
+	"\anode_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x06nodeId\x12\x18\n" +
+	"\x04type\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\x04type\x12\x1e\n" +
+	"\ahandler\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\ahandler\x12\x1e\n" +
+	"\aservice\x18\x04 \x01(\tB\x04\xe2A\x01\x03R\aservice\x12\x18\n" +
+	"\x04next\x18\x05 \x03(\tB\x04\xe2A\x01\x03R\x04next\"x\n" +
+	"\x17RegisterWorkflowRequest\x12'\n" +
+	"\x06source\x18\x01 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\x124\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tB\x15\xe2A\x01\x01\xbaH\x0er\f\x18@2\b^[!-~]*$R\trequestId\"e\n" +
 	"\x18RegisterWorkflowResponse\x12/\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\">\n" +
-	"\x17ValidateWorkflowRequest\x12#\n" +
-	"\x06source\x18\x01 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"y\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"B\n" +
+	"\x17ValidateWorkflowRequest\x12'\n" +
+	"\x06source\x18\x01 \x01(\tB\x0f\xe2A\x01\x02\xbaH\br\x06\x10\x01\x18\x80\x80@R\x06source\"y\n" +
 	"\x18ValidateWorkflowResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x16\n" +
 	"\x06errors\x18\x02 \x03(\tR\x06errors\x12/\n" +
-	"\bworkflow\x18\x03 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\"}\n" +
-	"\x12GetWorkflowRequest\x12D\n" +
-	"\vworkflow_id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\n" +
-	"workflowId\x12!\n" +
-	"\aversion\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\aversion\"F\n" +
+	"\bworkflow\x18\x03 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\"\x85\x01\n" +
+	"\x12GetWorkflowRequest\x12H\n" +
+	"\vworkflow_id\x18\x01 \x01(\tB'\xe2A\x01\x02\xbaH r\x1e2\x1c^[A-Za-z][A-Za-z0-9_]{0,63}$R\n" +
+	"workflowId\x12%\n" +
+	"\aversion\x18\x02 \x01(\x05B\v\xe2A\x01\x01\xbaH\x04\x1a\x02(\x00R\aversion\"F\n" +
 	"\x13GetWorkflowResponse\x12/\n" +
-	"\bworkflow\x18\x01 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\"h\n" +
-	"\x14ListWorkflowsRequest\x12'\n" +
-	"\tpage_size\x18\x01 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x13.lucius.v1.WorkflowR\bworkflow\"p\n" +
+	"\x14ListWorkflowsRequest\x12+\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\x0e\xe2A\x01\x01\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12+\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"r\n" +
+	"page_token\x18\x02 \x01(\tB\f\xe2A\x01\x01\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"r\n" +
 	"\x15ListWorkflowsResponse\x121\n" +
 	"\tworkflows\x18\x01 \x03(\v2\x13.lucius.v1.WorkflowR\tworkflows\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe6\x03\n" +

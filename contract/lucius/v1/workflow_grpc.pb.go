@@ -39,10 +39,13 @@ type WorkflowServiceClient interface {
 	// ALREADY_EXISTS (reason WORKFLOW_VERSION_EXISTS). An invalid definition fails
 	// with INVALID_ARGUMENT, one field violation per problem, each naming the
 	// line, column and node.
+	// Reasons: INVALID_WORKFLOW, WORKFLOW_TOO_LARGE, WORKFLOW_VERSION_EXISTS,
+	// REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	RegisterWorkflow(ctx context.Context, in *RegisterWorkflowRequest, opts ...grpc.CallOption) (*RegisterWorkflowResponse, error)
 	// ValidateWorkflow checks a definition without storing it (a dry run).
 	ValidateWorkflow(ctx context.Context, in *ValidateWorkflowRequest, opts ...grpc.CallOption) (*ValidateWorkflowResponse, error)
 	// GetWorkflow returns a version of a workflow, the latest by default.
+	// Reasons: WORKFLOW_NOT_FOUND.
 	GetWorkflow(ctx context.Context, in *GetWorkflowRequest, opts ...grpc.CallOption) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow, by id.
 	ListWorkflows(ctx context.Context, in *ListWorkflowsRequest, opts ...grpc.CallOption) (*ListWorkflowsResponse, error)
@@ -110,10 +113,13 @@ type WorkflowServiceServer interface {
 	// ALREADY_EXISTS (reason WORKFLOW_VERSION_EXISTS). An invalid definition fails
 	// with INVALID_ARGUMENT, one field violation per problem, each naming the
 	// line, column and node.
+	// Reasons: INVALID_WORKFLOW, WORKFLOW_TOO_LARGE, WORKFLOW_VERSION_EXISTS,
+	// REQUEST_ID_REUSED, REQUEST_ID_IN_PROGRESS.
 	RegisterWorkflow(context.Context, *RegisterWorkflowRequest) (*RegisterWorkflowResponse, error)
 	// ValidateWorkflow checks a definition without storing it (a dry run).
 	ValidateWorkflow(context.Context, *ValidateWorkflowRequest) (*ValidateWorkflowResponse, error)
 	// GetWorkflow returns a version of a workflow, the latest by default.
+	// Reasons: WORKFLOW_NOT_FOUND.
 	GetWorkflow(context.Context, *GetWorkflowRequest) (*GetWorkflowResponse, error)
 	// ListWorkflows returns the latest version of every workflow, by id.
 	ListWorkflows(context.Context, *ListWorkflowsRequest) (*ListWorkflowsResponse, error)

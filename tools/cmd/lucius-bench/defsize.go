@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -141,13 +140,7 @@ func refusedByDefault(ctx context.Context, s *stack.Stack) error {
 	_, err = luciusv1.NewWorkflowServiceClient(conn).RegisterWorkflow(ctx, &luciusv1.RegisterWorkflowRequest{Source: src})
 	took := time.Since(t0)
 	st := status.Convert(err)
-	reason := ""
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			reason = info.GetReason()
-		}
-	}
-	if st.Code() != codes.InvalidArgument || reason != "WORKFLOW_TOO_LARGE" {
+	if st.Code() != codes.InvalidArgument || server.ReasonOf(err) != luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_TOO_LARGE {
 		return fmt.Errorf("with the default limits a 15,000-node workflow was not refused as too large: %v", err)
 	}
 	gw := peakRSS(s.Process("gateway").Pid())

@@ -141,9 +141,9 @@ func (o ContextOptions) token(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// dial connects to the context's gateway.
-func (o ContextOptions) dial(ctx context.Context) (*grpc.ClientConn, error) {
-	var opts []grpc.DialOption
+// dial connects to the context's gateway, with extra options.
+func (o ContextOptions) dial(ctx context.Context, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := extra
 	tok, err := o.token(ctx)
 	if err != nil {
 		return nil, err

@@ -48,6 +48,7 @@ type session struct {
 	contextName string
 	format      string
 	timeout     time.Duration
+	requestID   string
 	conn        *grpc.ClientConn
 }
 
@@ -68,7 +69,7 @@ func (s *session) connect(ctx context.Context) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.conn, err = opts.dial(ctx); err != nil {
+	if s.conn, err = opts.dial(ctx, grpc.WithChainUnaryInterceptor(withRequestID(s.requestID))); err != nil {
 		return nil, &codedError{code: exitUnreachable, err: err}
 	}
 	return s.conn, nil
@@ -105,6 +106,8 @@ LUCIUS_ADDR and LUCIUS_TOKEN override the context's address and token.`,
 	root.PersistentFlags().StringVar(&s.contextName, "context", "", "the configuration file's context to use (default: its current-context)")
 	root.PersistentFlags().StringVarP(&s.format, "output", "o", formatTable, "output format: table, json or yaml")
 	root.PersistentFlags().DurationVar(&s.timeout, "timeout", 30*time.Second, "time limit of each call (with --wait: of the whole wait too)")
+	root.PersistentFlags().StringVar(&s.requestID, "request-id", "", "request_id (AIP-155) of a change: the same command again with the same id "+
+		"answers the first answer and changes nothing twice (1-64 printable ASCII characters; calls that take none ignore it)")
 	root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp)) //nolint:errcheck
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &codedError{code: exitUsage, err: err} })
 	root.AddCommand(tokenCommand(), trustCommand(), submitCommand(s), jobCommand(s), dlqCommand(s), workflowCommand(s),

@@ -107,13 +107,13 @@ func (c *Console) CreateConsoleTicket(ctx context.Context, req *luciusv1.CreateC
 	}
 	if p.Session {
 		// A stolen cookie must not become a ticket that outlives it.
-		return nil, server.Error(codes.PermissionDenied, server.ReasonSessionNotAllowed,
+		return nil, server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_SESSION_NOT_ALLOWED,
 			"a console session cannot mint login tickets: use the principal's own token").Err()
 	}
 	ticket, expires, err := c.store.CreateTicket(ctx, p, landing(req.GetJobId()), c.cfg.TicketTTL)
 	if err != nil {
 		c.log.ErrorContext(ctx, "console: mint ticket", telemetry.Err(err))
-		return nil, server.Error(codes.Internal, server.ReasonInternal, "the ticket could not be stored").Err()
+		return nil, server.Error(codes.Internal, luciusv1.ErrorReason_ERROR_REASON_INTERNAL, "the ticket could not be stored").Err()
 	}
 	return &luciusv1.CreateConsoleTicketResponse{Ticket: ticket, ExpireTime: timestamppb.New(expires),
 		LoginUrl: c.baseURL(ctx) + "/ui/login?ticket=" + url.QueryEscape(ticket)}, nil

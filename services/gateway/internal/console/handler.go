@@ -1,6 +1,8 @@
 package console
 
 import (
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+
 	"context"
 	"embed"
 	"encoding/json"
@@ -106,7 +108,7 @@ func (c *Console) requireCSRF(next http.Handler) http.Handler {
 			cookie, _ := r.Cookie(SessionCookie)
 			if !validCSRF(cookie.Value, r.Header.Get(CSRFHeader)) {
 				c.log.WarnContext(r.Context(), "console: change refused without a valid CSRF token", "path", r.URL.Path)
-				writeStatus(w, http.StatusForbidden, server.Error(codes.PermissionDenied, server.ReasonCSRFTokenInvalid,
+				writeStatus(w, http.StatusForbidden, server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_CSRF_TOKEN_INVALID,
 					"a change made with the console's session cookie needs the session's "+CSRFHeader+" header"))
 				return
 			}
@@ -154,7 +156,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if cookie, err := r.Cookie(SessionCookie); err == nil {
 		if err := c.store.EndSession(r.Context(), cookie.Value); err != nil {
 			c.log.ErrorContext(r.Context(), "console: end session", telemetry.Err(err))
-			writeStatus(w, http.StatusServiceUnavailable, server.Error(codes.Unavailable, server.ReasonUnavailable, "try again"))
+			writeStatus(w, http.StatusServiceUnavailable, server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "try again"))
 			return
 		}
 	}
@@ -178,7 +180,7 @@ type sessionInfo struct {
 func (c *Console) session(w http.ResponseWriter, r *http.Request) {
 	id, p, expires, ok := c.live(w, r)
 	if !ok {
-		writeStatus(w, http.StatusUnauthorized, server.Error(codes.Unauthenticated, auth.ReasonUnauthenticated,
+		writeStatus(w, http.StatusUnauthorized, server.Error(codes.Unauthenticated, luciusv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
 			"no console session: open the URL lucius ui prints"))
 		return
 	}

@@ -44,14 +44,6 @@ type Policy struct {
 	MaxKeyLimiters int
 }
 
-// ReasonCallbackURLForbidden: a callback_url names an address outbound calls
-// may not reach (loopback, link-local, private, metadata) or localhost.
-const ReasonCallbackURLForbidden = "CALLBACK_URL_FORBIDDEN"
-
-// ReasonWebhookSecretMissing: a command names a callback_url but its tenant
-// has no webhook secret to sign the completion webhook with.
-const ReasonWebhookSecretMissing = "WEBHOOK_SECRET_MISSING"
-
 // admitted is a command that passed every rule, with what admission derived.
 type admitted struct {
 	cmd      *luciusv1.Command
@@ -86,16 +78,16 @@ type Workflows interface {
 // violation at once.
 func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol Policy) (*admitted, []server.Violation, error) {
 	var vs []server.Violation
-	add := func(field, reason, format string, args ...any) {
+	add := func(field string, reason luciusv1.ErrorReason, format string, args ...any) {
 		vs = append(vs, server.Violation{Field: "command." + field, Reason: reason, Description: fmt.Sprintf(format, args...)})
 	}
 	tenant := routing.Normalize(cmd.GetTenantId())
 	if tenant == "" {
-		add("tenant_id", server.ReasonInvalidArgument, "must not be blank")
+		add("tenant_id", luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, "must not be blank")
 	}
 	eff := cfg.For(tenant)
 	if major, _, _ := strings.Cut(cmd.GetSchemaVersion(), "."); major != SupportedSchemaMajor {
-		add("schema_version", server.ReasonUnsupportedSchema, "version %q is not supported; this gateway accepts %s.x", cmd.GetSchemaVersion(), SupportedSchemaMajor)
+		add("schema_version", luciusv1.ErrorReason_ERROR_REASON_UNSUPPORTED_SCHEMA_VERSION, "version %q is not supported; this gateway accepts %s.x", cmd.GetSchemaVersion(), SupportedSchemaMajor)
 	}
 	def, err := workflows.Latest(cmd.GetRequestType())
 	known := err == nil
@@ -103,7 +95,7 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 		return nil, nil, err
 	}
 	if !known {
-		add("request_type", server.ReasonUnknownRequestType, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(workflows.Known(), ", "))
+		add("request_type", luciusv1.ErrorReason_ERROR_REASON_UNKNOWN_REQUEST_TYPE, "unknown request type %q; known: %s", cmd.GetRequestType(), strings.Join(workflows.Known(), ", "))
 	}
 	for _, ref := range []struct{ field, value string }{{"input_ref", cmd.GetInputRef()}, {"output_ref", cmd.GetOutputRef()}} {
 		problem := eff.Refs.CheckRef(ref.value)
@@ -116,23 +108,23 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 	}
 	if cb := cmd.GetCallbackUrl(); cb != "" {
 		if u, err := url.Parse(cb); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("callback_url", server.ReasonInvalidRef, "must be an absolute http or https URL")
+			add("callback_url", luciusv1.ErrorReason_ERROR_REASON_INVALID_REF, "must be an absolute http or https URL")
 		} else if err := pol.Egress.CheckURL(u); err != nil {
-			add("callback_url", ReasonCallbackURLForbidden, "%v", err)
+			add("callback_url", luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN, "%v", err)
 		} else if len(cfg.Tenants[tenant].WebhookSecrets) == 0 {
 			// Completion webhooks are always signed; refusing now beats a
 			// callback abandoned at delivery.
-			add("callback_url", ReasonWebhookSecretMissing, "tenant %q has no webhook secret to sign completion webhooks with; "+
+			add("callback_url", luciusv1.ErrorReason_ERROR_REASON_WEBHOOK_SECRET_MISSING, "tenant %q has no webhook secret to sign completion webhooks with; "+
 				"an operator sets webhook_secrets in its tenant configuration first", tenant)
 		}
 	}
 	if len(cmd.GetPlatformRefs()) > 0 && cmd.GetPlatformId() == "" {
-		add("platform_id", server.ReasonInvalidArgument, "is required with platform_refs: together they name the asset")
+		add("platform_id", luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, "is required with platform_refs: together they name the asset")
 	}
 	if known {
 		_, violations := def.Bind(cmd.GetPayload().AsMap())
 		for _, v := range violations {
-			vs = append(vs, server.Violation{Field: "command." + v.Field, Reason: server.ReasonInvalidPayload, Description: v.Description})
+			vs = append(vs, server.Violation{Field: "command." + v.Field, Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD, Description: v.Description})
 		}
 	}
 	requested := modeFromProto(cmd.GetMode())
@@ -142,16 +134,16 @@ func admit(cmd *luciusv1.Command, workflows Workflows, cfg *config.Snapshot, pol
 	switch rerr {
 	case nil:
 		if !eff.ModeAllowed(route.Mode) {
-			add("mode", server.ReasonModeForbidden, "tenant %q may not use %s mode (%s); allowed: %v", tenant, route.Mode, route.Reason, eff.AllowedModes)
+			add("mode", luciusv1.ErrorReason_ERROR_REASON_MODE_FORBIDDEN, "tenant %q may not use %s mode (%s); allowed: %v", tenant, route.Mode, route.Reason, eff.AllowedModes)
 		}
 	case routing.ErrBurstWithoutDocID:
-		add("doc_id", server.ReasonBurstWithoutDocID, "is required in BURST mode: it spreads the tenant's work over partitions")
+		add("doc_id", luciusv1.ErrorReason_ERROR_REASON_BURST_REQUIRES_DOC_ID, "is required in BURST mode: it spreads the tenant's work over partitions")
 	case routing.ErrBurstForbidden:
-		add("mode", server.ReasonBurstForbidden, "tenant %q may not use BURST mode", tenant)
+		add("mode", luciusv1.ErrorReason_ERROR_REASON_BURST_FORBIDDEN, "tenant %q may not use BURST mode", tenant)
 	case routing.ErrEmptyTenant:
 		// reported above
 	default:
-		add("mode", server.ReasonInvalidArgument, "%v", rerr)
+		add("mode", luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, "%v", rerr)
 	}
 	if len(vs) > 0 {
 		return nil, vs, nil

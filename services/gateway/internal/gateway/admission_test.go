@@ -125,30 +125,30 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 		field  string
 		reason string
 	}{
-		{"blank tenant", func(c *luciusv1.Command) { c.TenantId = "   " }, "command.tenant_id", server.ReasonInvalidArgument},
-		{"unknown request type", func(c *luciusv1.Command) { c.RequestType = "TRANSLATE" }, "command.request_type", server.ReasonUnknownRequestType},
-		{"future schema version", func(c *luciusv1.Command) { c.SchemaVersion = "2" }, "command.schema_version", server.ReasonUnsupportedSchema},
-		{"relative input ref", func(c *luciusv1.Command) { c.InputRef = "data/in.txt" }, "command.input_ref", server.ReasonInvalidRef},
-		{"scheme not allowed", func(c *luciusv1.Command) { c.InputRef = "ftp://host/container/in.txt" }, "command.input_ref", config.ReasonRefSchemeNotAllowed},
-		{"file ref with host", func(c *luciusv1.Command) { c.OutputRef = "file://server/out.json" }, "command.output_ref", server.ReasonInvalidRef},
-		{"file ref escaping", func(c *luciusv1.Command) { c.OutputRef = "file:///data/../etc/passwd" }, "command.output_ref", server.ReasonInvalidRef},
-		{"https ref without blob", func(c *luciusv1.Command) { c.InputRef = "https://account.blob.core.windows.net" }, "command.input_ref", server.ReasonInvalidRef},
-		{"SIS without prompt_set", func(c *luciusv1.Command) { c.Payload, _ = structpb.NewStruct(map[string]any{}) }, "command.payload.prompt_set", server.ReasonInvalidPayload},
+		{"blank tenant", func(c *luciusv1.Command) { c.TenantId = "   " }, "command.tenant_id", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
+		{"unknown request type", func(c *luciusv1.Command) { c.RequestType = "TRANSLATE" }, "command.request_type", server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNKNOWN_REQUEST_TYPE)},
+		{"future schema version", func(c *luciusv1.Command) { c.SchemaVersion = "2" }, "command.schema_version", server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNSUPPORTED_SCHEMA_VERSION)},
+		{"relative input ref", func(c *luciusv1.Command) { c.InputRef = "data/in.txt" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"scheme not allowed", func(c *luciusv1.Command) { c.InputRef = "ftp://host/container/in.txt" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_SCHEME_NOT_ALLOWED)},
+		{"file ref with host", func(c *luciusv1.Command) { c.OutputRef = "file://server/out.json" }, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"file ref escaping", func(c *luciusv1.Command) { c.OutputRef = "file:///data/../etc/passwd" }, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"https ref without blob", func(c *luciusv1.Command) { c.InputRef = "https://account.blob.core.windows.net" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"SIS without prompt_set", func(c *luciusv1.Command) { c.Payload, _ = structpb.NewStruct(map[string]any{}) }, "command.payload.prompt_set", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD)},
 		{"empty prompt_set", func(c *luciusv1.Command) {
 			c.Payload, _ = structpb.NewStruct(map[string]any{"prompt_set": []any{}})
-		}, "command.payload.prompt_set", server.ReasonInvalidPayload},
-		{"BURST without doc_id", func(c *luciusv1.Command) { c.Mode = luciusv1.Mode_MODE_BURST }, "command.doc_id", server.ReasonBurstWithoutDocID},
-		{"callback not http", func(c *luciusv1.Command) { c.CallbackUrl = "ftp://x/y" }, "command.callback_url", server.ReasonInvalidRef},
-		{"file ref outside the roots", func(c *luciusv1.Command) { c.InputRef = "file:///etc/passwd" }, "command.input_ref", config.ReasonRefOutsideFileRoots},
-		{"output outside the roots", func(c *luciusv1.Command) { c.OutputRef = "file:///database/out.json" }, "command.output_ref", config.ReasonRefOutsideFileRoots},
-		{"callback at loopback", func(c *luciusv1.Command) { c.CallbackUrl = "http://127.0.0.1:9000/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
-		{"callback at IPv6 loopback", func(c *luciusv1.Command) { c.CallbackUrl = "https://[::1]/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
-		{"callback at the metadata address", func(c *luciusv1.Command) { c.CallbackUrl = "http://169.254.169.254/latest" }, "command.callback_url", ReasonCallbackURLForbidden},
-		{"callback at a private address", func(c *luciusv1.Command) { c.CallbackUrl = "http://10.0.0.7/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
-		{"callback at localhost", func(c *luciusv1.Command) { c.CallbackUrl = "http://localhost:8080/hook" }, "command.callback_url", ReasonCallbackURLForbidden},
+		}, "command.payload.prompt_set", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD)},
+		{"BURST without doc_id", func(c *luciusv1.Command) { c.Mode = luciusv1.Mode_MODE_BURST }, "command.doc_id", server.Reason(luciusv1.ErrorReason_ERROR_REASON_BURST_REQUIRES_DOC_ID)},
+		{"callback not http", func(c *luciusv1.Command) { c.CallbackUrl = "ftp://x/y" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_REF)},
+		{"file ref outside the roots", func(c *luciusv1.Command) { c.InputRef = "file:///etc/passwd" }, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS)},
+		{"output outside the roots", func(c *luciusv1.Command) { c.OutputRef = "file:///database/out.json" }, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS)},
+		{"callback at loopback", func(c *luciusv1.Command) { c.CallbackUrl = "http://127.0.0.1:9000/hook" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN)},
+		{"callback at IPv6 loopback", func(c *luciusv1.Command) { c.CallbackUrl = "https://[::1]/hook" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN)},
+		{"callback at the metadata address", func(c *luciusv1.Command) { c.CallbackUrl = "http://169.254.169.254/latest" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN)},
+		{"callback at a private address", func(c *luciusv1.Command) { c.CallbackUrl = "http://10.0.0.7/hook" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN)},
+		{"callback at localhost", func(c *luciusv1.Command) { c.CallbackUrl = "http://localhost:8080/hook" }, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_CALLBACK_URL_FORBIDDEN)},
 		{"callback without a webhook secret", func(c *luciusv1.Command) {
 			c.TenantId, c.CallbackUrl = "globex", "https://hooks.example.com/x"
-		}, "command.callback_url", ReasonWebhookSecretMissing},
+		}, "command.callback_url", server.Reason(luciusv1.ErrorReason_ERROR_REASON_WEBHOOK_SECRET_MISSING)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestAdmitRejectsWithSpecificViolations(t *testing.T) {
 			if err != nil || a != nil || len(vs) == 0 {
 				t.Fatalf("accepted an invalid command")
 			}
-			if vs[0].Field != tt.field || vs[0].Reason != tt.reason || vs[0].Description == "" {
+			if vs[0].Field != tt.field || server.Reason(vs[0].Reason) != tt.reason || vs[0].Description == "" {
 				t.Fatalf("violation %+v, want field %s reason %s", vs[0], tt.field, tt.reason)
 			}
 		})
@@ -173,7 +173,7 @@ func TestAdmitAppliesTheEdgePolicy(t *testing.T) {
 	reg := builtinWorkflows(t)
 	noRoots := testPolicy
 	noRoots.FileRoots = nil
-	if _, vs, _ := admit(validCommand(), reg, testConfig, noRoots); len(vs) != 2 || vs[0].Reason != config.ReasonRefOutsideFileRoots {
+	if _, vs, _ := admit(validCommand(), reg, testConfig, noRoots); len(vs) != 2 || vs[0].Reason != luciusv1.ErrorReason_ERROR_REASON_REF_OUTSIDE_FILE_ROOTS {
 		t.Errorf("no file roots: %v, want both refs refused", vs)
 	}
 	loopback := testPolicy
@@ -238,7 +238,7 @@ func FuzzAdmit(f *testing.F) {
 			t.Fatalf("admit returned %v and %d violations", a, len(vs))
 		}
 		for _, v := range vs {
-			if !strings.HasPrefix(v.Field, "command.") || v.Reason == "" || v.Description == "" {
+			if !strings.HasPrefix(v.Field, "command.") || v.Reason == luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED || v.Description == "" {
 				t.Fatalf("bad violation %+v", v)
 			}
 		}
@@ -280,19 +280,19 @@ func TestAdmitAppliesTheTenantConfiguration(t *testing.T) {
 		{"the request over the tenant", func(c *luciusv1.Command) { c.TenantId, c.Mode = "bursty", luciusv1.Mode_MODE_DEFAULT },
 			routing.ModeDefault, routing.SourceRequest, ledger.Limits{Tenant: 2, Global: 100}, "", ""},
 		{"the tenant's mode still needs a doc", func(c *luciusv1.Command) { c.TenantId = "bursty" }, "", "", ledger.Limits{},
-			"command.doc_id", server.ReasonBurstWithoutDocID},
+			"command.doc_id", server.Reason(luciusv1.ErrorReason_ERROR_REASON_BURST_REQUIRES_DOC_ID)},
 		{"BURST not allowed", func(c *luciusv1.Command) { c.TenantId, c.Mode, c.DocId = "steady", luciusv1.Mode_MODE_BURST, "d" },
-			"", "", ledger.Limits{}, "command.mode", server.ReasonBurstForbidden},
+			"", "", ledger.Limits{}, "command.mode", server.Reason(luciusv1.ErrorReason_ERROR_REASON_BURST_FORBIDDEN)},
 		{"DEFAULT not allowed", func(c *luciusv1.Command) { c.TenantId = "only-burst" }, "", "", ledger.Limits{},
-			"command.mode", server.ReasonModeForbidden},
+			"command.mode", server.Reason(luciusv1.ErrorReason_ERROR_REASON_MODE_FORBIDDEN)},
 		{"the tenant's refs: scheme", func(c *luciusv1.Command) { c.TenantId = "locked" }, "", "", ledger.Limits{},
-			"command.input_ref", config.ReasonRefSchemeNotAllowed},
+			"command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_SCHEME_NOT_ALLOWED)},
 		{"the tenant's refs: account", func(c *luciusv1.Command) {
 			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://otheracct/bronze/in.pdf", "az://lockedacct/bronze/out.json"
-		}, "", "", ledger.Limits{}, "command.input_ref", config.ReasonRefHostNotAllowed},
+		}, "", "", ledger.Limits{}, "command.input_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_HOST_NOT_ALLOWED)},
 		{"the tenant's refs: container", func(c *luciusv1.Command) {
 			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://lockedacct/bronze/in.pdf", "az://lockedacct/gold/out.json"
-		}, "", "", ledger.Limits{}, "command.output_ref", config.ReasonRefContainerForbidden},
+		}, "", "", ledger.Limits{}, "command.output_ref", server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_CONTAINER_NOT_ALLOWED)},
 		{"the tenant's refs allow", func(c *luciusv1.Command) {
 			c.TenantId, c.InputRef, c.OutputRef = "locked", "az://lockedacct/bronze/in.pdf", "az://lockedacct/bronze/out.json"
 		}, routing.ModeDefault, routing.SourceGlobalConfig, ledger.Limits{Tenant: 10, Global: 100}, "", ""},
@@ -308,7 +308,7 @@ func TestAdmitAppliesTheTenantConfiguration(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.field != "" {
-				if a != nil || len(vs) == 0 || vs[0].Field != tt.field || vs[0].Reason != tt.reason {
+				if a != nil || len(vs) == 0 || vs[0].Field != tt.field || server.Reason(vs[0].Reason) != tt.reason {
 					t.Fatalf("violations %+v, want %s %s", vs, tt.field, tt.reason)
 				}
 				return

@@ -81,7 +81,7 @@ func (s *assetService) RollbackAsset(ctx context.Context, req *luciusv1.Rollback
 	}
 	a, err := s.store.RollbackAsset(ctx, tenant, id, int(req.GetRevision()))
 	if errors.Is(err, ledger.ErrRevisionNotSucceeded) {
-		return nil, server.Error(codes.FailedPrecondition, server.ReasonRevisionNotSucceeded,
+		return nil, server.Error(codes.FailedPrecondition, luciusv1.ErrorReason_ERROR_REASON_REVISION_NOT_SUCCEEDED,
 			"only a revision that succeeded can become current: "+err.Error(), "asset_id", id).Err()
 	}
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *assetService) SetAssetApproval(ctx context.Context, req *luciusv1.SetAs
 	state := strings.TrimPrefix(req.GetApprovalState().String(), "APPROVAL_STATE_")
 	a, err := s.store.SetAssetApproval(ctx, tenant, id, state, req.GetNote(), principalName(ctx))
 	if errors.Is(err, ledger.ErrAssetDeleted) {
-		return nil, server.Error(codes.FailedPrecondition, server.ReasonAssetDeleted,
+		return nil, server.Error(codes.FailedPrecondition, luciusv1.ErrorReason_ERROR_REASON_ASSET_DELETED,
 			"the asset is deleted; its approval can no longer change", "asset_id", id).Err()
 	}
 	if err != nil {
@@ -149,12 +149,11 @@ func (s *assetService) get(ctx context.Context, tenant, id string) (*luciusv1.As
 	return assetToProto(a), nil
 }
 
+// error maps ledger errors to API statuses through apiError, naming the asset.
 func (s *assetService) error(ctx context.Context, err error, id string) error {
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		return server.Error(codes.NotFound, server.ReasonAssetNotFound, "asset "+id+" not found", "asset_id", id).Err()
-	}
-	return ledgerError(ctx, s.log, "assets", err, "asset_id", id)
+	return apiError(ctx, s.log, "ledger", "assets", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND, msg: "asset " + id + " not found", metadata: []string{"asset_id", id}},
+		"asset_id", id)
 }
 
 func assetToProto(a *ledger.Asset) *luciusv1.Asset {

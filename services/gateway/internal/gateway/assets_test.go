@@ -7,6 +7,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -57,7 +58,7 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 	}
 	other := f.issuer.Token(t, authtest.Partner("globex"))
 	for _, path := range []string{"/v1/assets/" + wantID + "?tenant_id=acme", "/v1/assets/" + wantID + "?tenant_id=globex"} {
-		if code, _, body := f.restAs(t, other, "GET", path, nil); code != http.StatusNotFound || reasonOf(body) != server.ReasonAssetNotFound {
+		if code, _, body := f.restAs(t, other, "GET", path, nil); code != http.StatusNotFound || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND) {
 			t.Fatalf("another tenant reads %s: %d %v", path, code, body)
 		}
 	}
@@ -71,7 +72,7 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 		if call.method == "POST" {
 			body = map[string]any{"tenant_id": "acme", "revision": 1}
 		}
-		if code, _, got := f.restAs(t, call.token, call.method, call.path, body); code != http.StatusNotFound || reasonOf(got) != server.ReasonAssetNotFound {
+		if code, _, got := f.restAs(t, call.token, call.method, call.path, body); code != http.StatusNotFound || reasonOf(got) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND) {
 			t.Fatalf("%s %s by %s: %d %v, want 404 ASSET_NOT_FOUND", call.method, call.path, map[bool]string{true: "the owner", false: "another tenant"}[call.token == partner], code, got)
 		}
 	}
@@ -94,7 +95,7 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 	// No job ran here: no revision succeeded, so none can become current.
 	rollback := map[string]any{"tenant_id": "acme", "revision": 2}
 	if code, _, body := f.restAs(t, partner, "POST", "/v1/assets/"+wantID+":rollback", rollback); code != http.StatusBadRequest ||
-		reasonOf(body) != server.ReasonRevisionNotSucceeded {
+		reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_REVISION_NOT_SUCCEEDED) {
 		t.Fatalf("rollback to a revision that did not succeed: %d %v", code, body)
 	}
 	// What the orchestrator records when revisions 2 and 3 succeed.
@@ -142,14 +143,14 @@ func TestCommandsNamingAnAssetAddRevisions(t *testing.T) {
 	}
 	requests := f.count(t, "requests")
 	if code, _, body := f.restAs(t, partner, "POST", "/v1/commands", assetBody("r4")); code != http.StatusBadRequest ||
-		reasonOf(body) != server.ReasonAssetDeleted {
+		reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_ASSET_DELETED) {
 		t.Fatalf("a command naming a deleted asset: %d %v", code, body)
 	}
 	if n := f.count(t, "requests"); n != requests {
 		t.Fatalf("a refused command stored a request (%d, then %d)", requests, n)
 	}
 	if code, _, body := f.restAs(t, partner, "POST", "/v1/assets/"+wantID+":setApproval", approve); code != http.StatusBadRequest ||
-		reasonOf(body) != server.ReasonAssetDeleted {
+		reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_ASSET_DELETED) {
 		t.Fatalf("approving a deleted asset: %d %v", code, body)
 	}
 	if code, _, body := f.restAs(t, partner, "POST", "/v1/commands", map[string]any{"tenant_id": "acme", "request_type": "OCR",

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"log/slog"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/lucius-platform/lucius/base/server"
-	"github.com/lucius-platform/lucius/base/telemetry"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
@@ -100,14 +97,4 @@ func breakerToProto(b ledger.Breaker) *luciusv1.CircuitBreaker {
 
 func circuitState(s ledger.BreakerState) luciusv1.CircuitState {
 	return luciusv1.CircuitState(luciusv1.CircuitState_value["CIRCUIT_STATE_"+string(s)])
-}
-
-// ledgerError answers a ledger failure that is no caller's fault: a
-// cancelled or timed-out request, or an unavailable ledger (logged).
-func ledgerError(ctx context.Context, log *slog.Logger, what string, err error, attrs ...any) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
-	}
-	log.ErrorContext(ctx, what, append(attrs, telemetry.Err(err))...)
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the ledger is unavailable; retry").Err()
 }

@@ -68,7 +68,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	if err := auth.RequireTenant(ctx, cmd.GetTenantId()); err != nil {
 		s.count(ctx, "forbidden", cmd.GetRequestType())
 		s.log.WarnContext(ctx, "call denied", "principal", principalName(ctx), "method", luciusv1.CommandService_Submit_FullMethodName,
-			"reason", auth.ReasonTenantNotHeld, "tenant_id", auth.NormalizeTenant(cmd.GetTenantId()))
+			"reason", server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD), "tenant_id", auth.NormalizeTenant(cmd.GetTenantId()))
 		return nil, err
 	}
 	// Rates next: a tenant over its rate costs no validation or database work.
@@ -83,7 +83,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	a, violations, err := admit(cmd, registryWorkflows{ctx, s.workflows}, s.config.Current(), s.policy)
 	if err != nil {
 		s.log.ErrorContext(ctx, "look up workflow", telemetry.Err(err))
-		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()
+		return nil, server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the workflow registry is unavailable; retry").Err()
 	}
 	if violations != nil {
 		s.count(ctx, "invalid", cmd.GetRequestType())
@@ -91,7 +91,7 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	}
 	if p, paused := s.config.Current().Paused(a.tenant, string(a.route.Mode), a.workflow.ID); paused && p.RefuseSubmits {
 		s.count(ctx, "paused", cmd.GetRequestType())
-		return nil, server.Error(codes.Unavailable, server.ReasonWorkPaused,
+		return nil, server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_WORK_PAUSED,
 			p.Label()+" is paused by an operator and takes no new commands; retry after it resumes",
 			"scope", p.Scope, "key", p.Key).Err()
 	}
@@ -123,21 +123,21 @@ func (s *commandService) Submit(ctx context.Context, req *luciusv1.SubmitRequest
 	case errors.Is(err, ledger.ErrIdempotencyConflict):
 		s.count(ctx, "conflict", cmd.GetRequestType())
 		log.InfoContext(ctx, "idempotency key reused for a different command")
-		return nil, server.Error(codes.AlreadyExists, server.ReasonIdempotencyKeyReused,
+		return nil, server.Error(codes.AlreadyExists, luciusv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
 			"idempotency_key was already used by this tenant for a different command; use a new key",
 			"job_id", res.JobID).Err()
 	case errors.Is(err, ledger.ErrAssetDeleted):
 		s.count(ctx, "asset_deleted", cmd.GetRequestType())
 		log.InfoContext(ctx, "command refused: its asset is deleted", "asset_id", a.asset.AssetID)
-		return nil, server.Error(codes.FailedPrecondition, server.ReasonAssetDeleted,
+		return nil, server.Error(codes.FailedPrecondition, luciusv1.ErrorReason_ERROR_REASON_ASSET_DELETED,
 			"the asset these platform_id and platform_refs name was deleted; it takes no new revisions",
 			"asset_id", a.asset.AssetID).Err()
 	case errors.Is(err, errEncode):
 		log.ErrorContext(ctx, "encode command", telemetry.Err(err))
-		return nil, server.Error(codes.Internal, server.ReasonInternal, "encode command").Err()
+		return nil, server.Error(codes.Internal, luciusv1.ErrorReason_ERROR_REASON_INTERNAL, "encode command").Err()
 	case err != nil:
 		log.ErrorContext(ctx, "accept command", telemetry.Err(err))
-		return nil, server.Error(codes.Unavailable, server.ReasonUnavailable, "the command could not be stored; retry").Err()
+		return nil, server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the command could not be stored; retry").Err()
 	}
 	outcome := "accepted"
 	if !res.Created {
@@ -207,8 +207,8 @@ func (w registryWorkflows) Known() []string {
 // limitError answers a submit over an admission limit: RESOURCE_EXHAUSTED
 // (HTTP 429 with Retry-After) naming the limit.
 func limitError(l *ledger.LimitError, retryAfter time.Duration) *status.Status {
-	reason := map[string]string{ledger.ScopeTenant: server.ReasonTenantLimit, ledger.ScopeLane: server.ReasonLaneLimit,
-		ledger.ScopeGlobal: server.ReasonGlobalLimit}[l.Scope]
+	reason := map[string]luciusv1.ErrorReason{ledger.ScopeTenant: luciusv1.ErrorReason_ERROR_REASON_TENANT_LIMIT_REACHED, ledger.ScopeLane: luciusv1.ErrorReason_ERROR_REASON_LANE_LIMIT_REACHED,
+		ledger.ScopeGlobal: luciusv1.ErrorReason_ERROR_REASON_GLOBAL_LIMIT_REACHED}[l.Scope]
 	return server.ResourceExhausted(reason, l.Error()+"; retry later", retryAfter,
 		"scope", l.Scope, "key", l.Key, "limit", strconv.Itoa(l.Limit))
 }

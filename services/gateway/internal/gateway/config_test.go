@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lucius-platform/lucius/base/server"
-	"github.com/lucius-platform/lucius/core/config"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // restHeader is rest with the response headers, as an operator.
@@ -56,7 +56,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 		t.Fatalf("update global: %d %v", code, g)
 	}
 	if code, stale := f.rest(t, "PUT", "/v1/config/global", map[string]any{"revision": rev}); code != http.StatusConflict ||
-		reasonOf(stale) != server.ReasonConfigRevision {
+		reasonOf(stale) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_CONFIG_REVISION_MISMATCH) {
 		t.Fatalf("update with a stale revision: %d %v", code, stale)
 	}
 	invalid := []struct {
@@ -82,7 +82,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 		}
 	}
 	code, header, refused := f.restHeader(t, "POST", "/v1/commands", validBody("c"))
-	if code != http.StatusTooManyRequests || header.Get("Retry-After") != "3" || reasonOf(refused) != server.ReasonTenantLimit {
+	if code != http.StatusTooManyRequests || header.Get("Retry-After") != "3" || reasonOf(refused) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_LIMIT_REACHED) {
 		t.Fatalf("over the limit: %d Retry-After %q %v", code, header.Get("Retry-After"), refused)
 	}
 	if n := f.count(t, "requests"); n != 2 {
@@ -104,7 +104,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 	}
 	outside := validBody("d")
 	outside["input_ref"] = "file:///elsewhere/in.txt"
-	if code, body := f.rest(t, "POST", "/v1/commands", outside); code != http.StatusBadRequest || reasonOf(body) != config.ReasonRefContainerForbidden {
+	if code, body := f.rest(t, "POST", "/v1/commands", outside); code != http.StatusBadRequest || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_REF_CONTAINER_NOT_ALLOWED) {
 		t.Fatalf("ref outside the tenant's containers: %d %v", code, body)
 	}
 	code, got := f.rest(t, "GET", "/v1/config/tenants/acme", nil)
@@ -133,7 +133,7 @@ func TestConfigServiceAndAdmissionLimitsOverREST(t *testing.T) {
 	if code, body := f.rest(t, "DELETE", "/v1/config/tenants/acme", nil); code != http.StatusOK {
 		t.Fatalf("delete: %d %v", code, body)
 	}
-	if code, body := f.rest(t, "GET", "/v1/config/tenants/acme", nil); code != http.StatusNotFound || reasonOf(body) != server.ReasonTenantConfigNotFound {
+	if code, body := f.rest(t, "GET", "/v1/config/tenants/acme", nil); code != http.StatusNotFound || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND) {
 		t.Fatalf("deleted tenant: %d %v", code, body)
 	}
 	if code, header, _ := f.restHeader(t, "POST", "/v1/commands", validBody("e")); code != http.StatusTooManyRequests || header.Get("Retry-After") == "" {

@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"time"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
@@ -86,11 +83,11 @@ func (s *configService) UpdateTenantConfig(ctx context.Context, req *luciusv1.Up
 	in := req.GetConfig()
 	t := tenantFromProto(in)
 	if t.TenantID == "" {
-		return nil, server.InvalidArgument(server.Violation{Field: "config.tenant_id", Reason: server.ReasonInvalidArgument,
+		return nil, server.InvalidArgument(server.Violation{Field: "config.tenant_id", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT,
 			Description: "must not be blank"}).Err()
 	}
 	if t.Mode != "" && len(t.AllowedModes) > 0 && !slices.Contains(t.AllowedModes, t.Mode) {
-		return nil, server.InvalidArgument(server.Violation{Field: "config.mode", Reason: server.ReasonModeForbidden,
+		return nil, server.InvalidArgument(server.Violation{Field: "config.mode", Reason: luciusv1.ErrorReason_ERROR_REASON_MODE_FORBIDDEN,
 			Description: "is not one of allowed_modes"}).Err()
 	}
 	t.UpdatedBy = principalName(ctx)
@@ -118,18 +115,12 @@ func (s *configService) changed(ctx context.Context, msg string, attrs ...any) {
 	}
 }
 
+// error maps configuration store errors to API statuses through apiError, naming the tenant.
 func (s *configService) error(ctx context.Context, err error, tenant string) error {
-	switch {
-	case errors.Is(err, config.ErrNotFound):
-		return server.Error(codes.NotFound, server.ReasonTenantConfigNotFound,
-			"tenant "+routing.Normalize(tenant)+" has no configuration of its own", "tenant_id", routing.Normalize(tenant)).Err()
-	case errors.Is(err, config.ErrRevisionMismatch):
-		return server.Error(codes.Aborted, server.ReasonConfigRevision, err.Error()+"; read it again and retry").Err()
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "configuration store", telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the configuration store is unavailable; retry").Err()
+	t := routing.Normalize(tenant)
+	return apiError(ctx, s.log, "configuration store", "configuration store", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
+			msg: "tenant " + t + " has no configuration of its own", metadata: []string{"tenant_id", t}})
 }
 
 func modeFromProto(m luciusv1.Mode) routing.Mode {

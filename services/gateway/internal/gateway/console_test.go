@@ -128,12 +128,12 @@ func TestConsoleSessionActsAsItsPrincipalOnly(t *testing.T) {
 		reason                   string
 	}{
 		{"its tenant's job", "GET", "/v1/jobs/" + acmeJob, "", false, http.StatusOK, ""},
-		{"another tenant's job is not found", "GET", "/v1/jobs/" + globexJob, "", false, http.StatusNotFound, server.ReasonJobNotFound},
-		{"another tenant's steps are not found", "GET", "/v1/jobs/" + globexJob + "/steps", "", false, http.StatusNotFound, server.ReasonJobNotFound},
-		{"an operator's route is forbidden", "GET", "/v1/config/global", "", false, http.StatusForbidden, auth.ReasonPermissionDenied},
-		{"a cancel without the CSRF token", "POST", "/v1/jobs/" + acmeJob + ":cancel", "{}", false, http.StatusForbidden, server.ReasonCSRFTokenInvalid},
-		{"another tenant's cancel is not found", "POST", "/v1/jobs/" + globexJob + ":cancel", "{}", true, http.StatusNotFound, server.ReasonJobNotFound},
-		{"a ticket minted by a session", "POST", "/v1/consoleTickets", "{}", true, http.StatusForbidden, server.ReasonSessionNotAllowed},
+		{"another tenant's job is not found", "GET", "/v1/jobs/" + globexJob, "", false, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"another tenant's steps are not found", "GET", "/v1/jobs/" + globexJob + "/steps", "", false, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"an operator's route is forbidden", "GET", "/v1/config/global", "", false, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED)},
+		{"a cancel without the CSRF token", "POST", "/v1/jobs/" + acmeJob + ":cancel", "{}", false, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_CSRF_TOKEN_INVALID)},
+		{"another tenant's cancel is not found", "POST", "/v1/jobs/" + globexJob + ":cancel", "{}", true, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"a ticket minted by a session", "POST", "/v1/consoleTickets", "{}", true, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_SESSION_NOT_ALLOWED)},
 		{"a cancel with the CSRF token", "POST", "/v1/jobs/" + acmeJob + ":cancel", `{"reason":"console"}`, true, http.StatusOK, ""},
 	} {
 		token := ""

@@ -68,7 +68,7 @@ func (s *deadLetterService) GetDeadLetter(ctx context.Context, req *luciusv1.Get
 	}
 	if errors.Is(err, ledger.ErrNotFound) {
 		id := strconv.FormatInt(req.GetDeadLetterId(), 10)
-		return nil, server.Error(codes.NotFound, server.ReasonDeadLetterNotFound, "dead letter "+id+" not found",
+		return nil, server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_DEAD_LETTER_NOT_FOUND, "dead letter "+id+" not found",
 			"dead_letter_id", id).Err()
 	}
 	if err != nil {

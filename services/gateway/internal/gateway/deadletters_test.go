@@ -63,12 +63,12 @@ func TestDeadLettersAndReplayOverREST(t *testing.T) {
 		reason             string
 		field              string
 	}{
-		{"replay of a job still waiting", "POST", "/v1/jobs/" + jobID + ":replay", map[string]any{}, http.StatusBadRequest, server.ReasonJobNotReplayable, ""},
-		{"replay of an unknown job", "POST", "/v1/jobs/" + strings.Repeat("0", 64) + ":replay", map[string]any{}, http.StatusNotFound, server.ReasonJobNotFound, ""},
+		{"replay of a job still waiting", "POST", "/v1/jobs/" + jobID + ":replay", map[string]any{}, http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_REPLAYABLE), ""},
+		{"replay of an unknown job", "POST", "/v1/jobs/" + strings.Repeat("0", 64) + ":replay", map[string]any{}, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND), ""},
 		{"replay of a malformed id", "POST", "/v1/jobs/nope:replay", map[string]any{}, http.StatusBadRequest, "", "job_id"},
-		{"unknown dead letter", "GET", "/v1/deadletters/999999", nil, http.StatusNotFound, server.ReasonDeadLetterNotFound, ""},
+		{"unknown dead letter", "GET", "/v1/deadletters/999999", nil, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_DEAD_LETTER_NOT_FOUND), ""},
 		{"dead letter id zero", "GET", "/v1/deadletters/0", nil, http.StatusBadRequest, "", "dead_letter_id"},
-		{"bad page token", "GET", "/v1/deadletters?page_token=xyz", nil, http.StatusBadRequest, server.ReasonInvalidPageToken, "page_token"},
+		{"bad page token", "GET", "/v1/deadletters?page_token=xyz", nil, http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN), "page_token"},
 		{"page size over the limit", "GET", "/v1/deadletters?page_size=501", nil, http.StatusBadRequest, "", "page_size"},
 	}
 	for _, tt := range tests {

@@ -62,7 +62,7 @@ func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest
 	if tok := req.GetPageToken(); tok != "" {
 		var c jobCursor
 		if err := decodeToken(tok, &c); err != nil || c.JobID == "" {
-			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
 				Description: "is not a token this API returned"}).Err()
 		}
 		filter.AfterTime, filter.AfterJobID = c.Time, c.JobID
@@ -177,7 +177,7 @@ func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobReque
 	}
 	job, err := engine.Replay(ctx, s.store, req.GetJobId(), req.GetReason(), nil)
 	if errors.Is(err, engine.ErrNotReplayable) {
-		return nil, server.Error(codes.FailedPrecondition, server.ReasonJobNotReplayable,
+		return nil, server.Error(codes.FailedPrecondition, luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_REPLAYABLE,
 			"job "+req.GetJobId()+" cannot be replayed: "+err.Error(), "job_id", req.GetJobId()).Err()
 	}
 	if err != nil {
@@ -187,16 +187,15 @@ func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobReque
 	return &luciusv1.ReplayJobResponse{Job: jobToProto(job)}, nil
 }
 
-// storeError maps ledger errors to API statuses, in one place.
+// storeError maps ledger errors to API statuses through apiError, naming the job.
 func (s *jobService) storeError(ctx context.Context, err error, jobID string) error {
-	if errors.Is(err, ledger.ErrNotFound) {
-		return server.Error(codes.NotFound, server.ReasonJobNotFound, "job "+jobID+" not found", "job_id", jobID).Err()
-	}
-	return ledgerError(ctx, s.log, "ledger", err, telemetry.JobID(jobID))
+	return apiError(ctx, s.log, "ledger", "ledger", err,
+		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, msg: "job " + jobID + " not found", metadata: []string{"job_id", jobID}},
+		telemetry.JobID(jobID))
 }
 
 func invalidPageToken() error {
-	return server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+	return server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
 		Description: "is not a token this API returned"}).Err()
 }
 

@@ -103,7 +103,7 @@ func TestCheckPayloadBoundsSizeAndDepth(t *testing.T) {
 			}
 			said := false
 			for _, v := range vs {
-				if v.Field != "command.payload" || v.Reason != server.ReasonInvalidPayload {
+				if v.Field != "command.payload" || v.Reason != luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD {
 					t.Fatalf("violation %+v", v)
 				}
 				said = said || strings.Contains(v.Description, tt.want)
@@ -224,7 +224,7 @@ func FuzzSubmitRequest(f *testing.F) {
 			t.Fatalf("admit returned %v and %d violations", a, len(avs))
 		}
 		for _, v := range avs {
-			if !strings.HasPrefix(v.Field, "command.") || v.Reason == "" || v.Description == "" {
+			if !strings.HasPrefix(v.Field, "command.") || v.Reason == luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED || v.Description == "" {
 				t.Fatalf("bad violation %+v", v)
 			}
 		}
@@ -250,7 +250,7 @@ func TestGatewayBoundsRequestsOverRESTAndGRPC(t *testing.T) {
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
 		t.Logf("answered %d in %s", resp.StatusCode, time.Since(start))
-		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(out), server.ReasonRequestTooLarge) {
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(out), server.Reason(luciusv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE)) {
 			t.Fatalf("status %d: %.300s", resp.StatusCode, out)
 		}
 	})

@@ -35,7 +35,7 @@ func (s *configService) ResumeWork(ctx context.Context, req *luciusv1.ResumeWork
 	}
 	err = s.watcher.Store().Resume(ctx, scope, key, principalName(ctx))
 	if errors.Is(err, config.ErrNoPause) {
-		return nil, server.Error(codes.NotFound, server.ReasonPauseNotFound, "nothing is paused there: "+err.Error(),
+		return nil, server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_PAUSE_NOT_FOUND, "nothing is paused there: "+err.Error(),
 			"scope", scope, "key", key).Err()
 	}
 	if err != nil {
@@ -76,7 +76,7 @@ func pauseTarget(scope luciusv1.PauseScope, key string) (string, string, error) 
 	sc := pauseScope(scope)
 	k, err := config.NormalizePauseKey(sc, key)
 	if err != nil {
-		return "", "", server.InvalidArgument(server.Violation{Field: "key", Reason: server.ReasonInvalidArgument, Description: err.Error()}).Err()
+		return "", "", server.InvalidArgument(server.Violation{Field: "key", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, Description: err.Error()}).Err()
 	}
 	return sc, k, nil
 }

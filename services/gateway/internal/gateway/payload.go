@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 // Defaults of PayloadLimits.
@@ -54,11 +55,11 @@ func (l PayloadLimits) Validate() error {
 func checkPayload(p *structpb.Struct, l PayloadLimits) []server.Violation {
 	var vs []server.Violation
 	if size := proto.Size(p); size > l.MaxBytes {
-		vs = append(vs, server.Violation{Field: "command.payload", Reason: server.ReasonInvalidPayload,
+		vs = append(vs, server.Violation{Field: "command.payload", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD,
 			Description: fmt.Sprintf("is %d bytes encoded; at most %d", size, l.MaxBytes)})
 	}
 	if p != nil && structTooDeep(p, 1, l.MaxDepth) {
-		vs = append(vs, server.Violation{Field: "command.payload", Reason: server.ReasonInvalidPayload,
+		vs = append(vs, server.Violation{Field: "command.payload", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAYLOAD,
 			Description: fmt.Sprintf("nests objects and lists more than %d levels deep", l.MaxDepth)})
 	}
 	return vs

@@ -20,13 +20,6 @@ import (
 	"github.com/lucius-platform/lucius/core/config"
 )
 
-// Reasons a request is refused at a request rate (RESOURCE_EXHAUSTED, HTTP
-// 429 with Retry-After).
-const (
-	ReasonTenantRateLimited = "TENANT_RATE_LIMITED"
-	ReasonKeyRateLimited    = "KEY_RATE_LIMITED"
-)
-
 // DefaultMaxKeyLimiters bounds the per-key token buckets a gateway keeps.
 const DefaultMaxKeyLimiters = 50_000
 
@@ -98,7 +91,7 @@ func (l *rateLimits) allowTenants(tenants []string) *status.Status {
 	for _, r := range taken {
 		r.CancelAt(now)
 	}
-	return server.ResourceExhausted(ReasonTenantRateLimited,
+	return server.ResourceExhausted(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED,
 		fmt.Sprintf("tenant %q is over its request rate (%g/s); retry later", refused, limit), wait, "tenant_id", refused)
 }
 
@@ -131,12 +124,12 @@ func (l *rateLimits) allowSubmit(cmd *luciusv1.Command) *status.Status {
 	t := l.config().Tenants[tenant]
 	type taken struct {
 		r      *rate.Reservation
-		reason string
+		reason luciusv1.ErrorReason
 		what   string
 	}
 	var all []taken
 	if r := l.tenantReservation(t.RequestRate, tenant, now); r != nil {
-		all = append(all, taken{r, ReasonTenantRateLimited, fmt.Sprintf("tenant %q is over its request rate (%g/s)", tenant, t.RequestRate.RequestsPerSecond)})
+		all = append(all, taken{r, luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED, fmt.Sprintf("tenant %q is over its request rate (%g/s)", tenant, t.RequestRate.RequestsPerSecond)})
 	}
 	for _, k := range t.KeyRateLimits {
 		value, ok := keyValue(cmd, k.Field)
@@ -145,7 +138,7 @@ func (l *rateLimits) allowSubmit(cmd *luciusv1.Command) *status.Status {
 		}
 		sum := sha256.Sum256([]byte(value)) // a key's memory does not grow with its value
 		key := tenant + "\x00" + k.Field + "\x00" + string(sum[:])
-		all = append(all, taken{l.keyReservation(key, k.Rate, now), ReasonKeyRateLimited,
+		all = append(all, taken{l.keyReservation(key, k.Rate, now), luciusv1.ErrorReason_ERROR_REASON_KEY_RATE_LIMITED,
 			fmt.Sprintf("tenant %q is over its rate for submits with the same %s (%g/s)", tenant, k.Field, k.Rate.RequestsPerSecond)})
 	}
 	var worst *taken

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/config"
 )
@@ -43,8 +44,8 @@ func (f *rateFixture) allow(t *testing.T, tenant string) (bool, time.Duration) {
 		return true, 0
 	}
 	reason, delay := reasonAndDelay(t, st)
-	if reason != ReasonTenantRateLimited {
-		t.Fatalf("reason %s, want %s", reason, ReasonTenantRateLimited)
+	if reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED) {
+		t.Fatalf("reason %s, want %s", reason, server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED))
 	}
 	return false, delay
 }
@@ -132,8 +133,8 @@ func TestKeyRatesLimitSubmitsSharingAFieldValue(t *testing.T) {
 	if st == nil {
 		t.Fatal("doc-1 resubmitted at once was allowed")
 	}
-	if reason, delay := reasonAndDelay(t, st); reason != ReasonKeyRateLimited || delay <= time.Second || delay > 2*time.Second {
-		t.Fatalf("refusal %s after %v, want %s within 2s", reason, delay, ReasonKeyRateLimited)
+	if reason, delay := reasonAndDelay(t, st); reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_KEY_RATE_LIMITED) || delay <= time.Second || delay > 2*time.Second {
+		t.Fatalf("refusal %s after %v, want %s within 2s", reason, delay, server.Reason(luciusv1.ErrorReason_ERROR_REASON_KEY_RATE_LIMITED))
 	}
 	for _, other := range []*luciusv1.Command{submitOf("acme", "doc-2", nil), submitOf("globex", "doc-1", nil), submitOf("acme", "", nil)} {
 		if st := f.l.allowSubmit(other); st != nil {
@@ -170,8 +171,8 @@ func TestARefusedSubmitTakesNoToken(t *testing.T) {
 		t.Fatalf("the tenant's second token was spent by refused submits: %v", st)
 	}
 	st := f.l.allowSubmit(submitOf("acme", "doc-3", nil))
-	if reason, _ := reasonAndDelay(t, st); reason != ReasonTenantRateLimited {
-		t.Fatalf("third distinct document: %s, want %s", reason, ReasonTenantRateLimited)
+	if reason, _ := reasonAndDelay(t, st); reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED) {
+		t.Fatalf("third distinct document: %s, want %s", reason, server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED))
 	}
 }
 
@@ -209,8 +210,8 @@ func TestSubmitOverTheTenantRateIs429WithRetryAfter(t *testing.T) {
 		t.Fatalf("first submit: %d %v", code, body)
 	}
 	code, header, body := f.restHeader(t, "POST", "/v1/commands", validBody("r2"))
-	if code != http.StatusTooManyRequests || reasonOf(body) != ReasonTenantRateLimited {
-		t.Fatalf("second submit: %d %v, want 429 %s", code, body, ReasonTenantRateLimited)
+	if code != http.StatusTooManyRequests || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED) {
+		t.Fatalf("second submit: %d %v, want 429 %s", code, body, server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED))
 	}
 	if ra := header.Get("Retry-After"); ra != "5" && ra != "4" {
 		t.Errorf("Retry-After %q, want about 5 seconds", ra)
@@ -242,7 +243,7 @@ func TestPartnerCallsAreChargedToTheirTenantsRates(t *testing.T) {
 		t.Fatalf("first call: %v", err)
 	}
 	err := call(acme, get)
-	if reason, delay := reasonAndDelay(t, status.Convert(err)); reason != ReasonTenantRateLimited || delay <= 0 {
+	if reason, delay := reasonAndDelay(t, status.Convert(err)); reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_RATE_LIMITED) || delay <= 0 {
 		t.Fatalf("second call within the second: %v", err)
 	}
 	// Refused for acme, so globex keeps both of its tokens.

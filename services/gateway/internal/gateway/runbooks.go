@@ -12,29 +12,14 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lucius-platform/lucius/base/server"
-	"github.com/lucius-platform/lucius/base/telemetry"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
 	"github.com/lucius-platform/lucius/core/workflow"
-)
-
-// Reasons of RunbookService errors.
-const (
-	ReasonInvalidRunbook           = "INVALID_RUNBOOK"
-	ReasonRunbookVersionExists     = "RUNBOOK_VERSION_EXISTS"
-	ReasonRunbookNotFound          = "RUNBOOK_NOT_FOUND"
-	ReasonFunctionOwnedByOtherPool = "FUNCTION_OWNED_BY_OTHER_POOL"
-	// ReasonGeneratedWorkflowConflict: two step shapes map to one generated
-	// workflow id (function names that differ only in '.', '-' and '_').
-	ReasonGeneratedWorkflowConflict = "GENERATED_WORKFLOW_CONFLICT"
-	ReasonInvalidMembers            = "INVALID_MEMBERS"
-	ReasonBatchNotFound             = "BATCH_NOT_FOUND"
 )
 
 // runbookSource is the file name runbook problems carry: the request field.
@@ -125,11 +110,11 @@ func (s *runbookService) plan(ctx context.Context, rb *runbook.Runbook) (registr
 			}
 		case owner == h.Service:
 		case declared[h.Name] != "":
-			violations = append(violations, server.Violation{Field: "source", Reason: ReasonFunctionOwnedByOtherPool,
+			violations = append(violations, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL,
 				Description: fmt.Sprintf("step %s: function %s runs on worker pool %s, but step %s runs it on worker pool %s; a function belongs to one worker pool",
 					st.Name, h.Name, h.Service, declared[h.Name], owner)})
 		default:
-			violations = append(violations, server.Violation{Field: "source", Reason: ReasonFunctionOwnedByOtherPool,
+			violations = append(violations, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL,
 				Description: fmt.Sprintf("step %s: function %s is owned by worker pool %s, not %s", st.Name, h.Name, owner, h.Service)})
 		}
 	}
@@ -145,7 +130,7 @@ func (s *runbookService) plan(ctx context.Context, rb *runbook.Runbook) (registr
 		id, src := runbook.Workflow(st)
 		if first, ok := seen[id]; ok {
 			if !bytes.Equal(first.source, src) {
-				violations = append(violations, server.Violation{Field: "source", Reason: ReasonGeneratedWorkflowConflict,
+				violations = append(violations, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_GENERATED_WORKFLOW_CONFLICT,
 					Description: fmt.Sprintf("step %s (function %s on worker pool %s) and step %s map to the same generated workflow %s with different settings; rename one function",
 						st.Name, st.Function, st.WorkerID, first.step, id)})
 			}
@@ -163,7 +148,7 @@ func (s *runbookService) plan(ctx context.Context, rb *runbook.Runbook) (registr
 		case err != nil:
 			return plan, nil, err
 		case stored.SHA256 != sha256Hex(string(src)):
-			violations = append(violations, server.Violation{Field: "source", Reason: ReasonGeneratedWorkflowConflict,
+			violations = append(violations, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_GENERATED_WORKFLOW_CONFLICT,
 				Description: fmt.Sprintf("step %s (function %s on worker pool %s): its generated workflow %s is registered with other content; rename the function",
 					st.Name, st.Function, st.WorkerID, id)})
 		}
@@ -176,7 +161,7 @@ func (s *runbookService) plan(ctx context.Context, rb *runbook.Runbook) (registr
 func (s *runbookService) register(ctx context.Context, plan registration) error {
 	if err := s.reg.RegisterHandlers(ctx, plan.handlers); err != nil {
 		if errors.Is(err, ledger.ErrHandlerConflict) {
-			return server.InvalidArgument(server.Violation{Field: "source", Reason: ReasonFunctionOwnedByOtherPool,
+			return server.InvalidArgument(server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL,
 				Description: err.Error() + " (registered concurrently; the runbook version is stored, apply it again once resolved)"}).Err()
 		}
 		return s.error(ctx, err, nil)
@@ -184,7 +169,7 @@ func (s *runbookService) register(ctx context.Context, plan registration) error 
 	for _, w := range plan.workflows {
 		if _, _, err := s.reg.Register(ctx, w.id, w.source, principalName(ctx)); err != nil {
 			if errors.Is(err, ledger.ErrDefinitionConflict) {
-				return server.InvalidArgument(server.Violation{Field: "source", Reason: ReasonGeneratedWorkflowConflict,
+				return server.InvalidArgument(server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_GENERATED_WORKFLOW_CONFLICT,
 					Description: err.Error() + " (registered concurrently; the runbook version is stored)"}).Err()
 			}
 			return s.error(ctx, err, nil)
@@ -211,7 +196,7 @@ func invalidRunbook(err error) error {
 	var vs []server.Violation
 	for _, line := range strings.Split(err.Error(), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			vs = append(vs, server.Violation{Field: "source", Reason: ReasonInvalidRunbook, Description: line})
+			vs = append(vs, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_RUNBOOK, Description: line})
 		}
 	}
 	return server.InvalidArgument(vs...).Err()
@@ -303,7 +288,7 @@ func membersFromProto(in []*luciusv1.RunbookMember) ([]runbook.Member, []server.
 		case ts.IsValid():
 			out[i].BatchTime = ts.AsTime()
 		default:
-			vs = append(vs, server.Violation{Field: fmt.Sprintf("members[%d].batch_time", i), Reason: ReasonInvalidMembers,
+			vs = append(vs, server.Violation{Field: fmt.Sprintf("members[%d].batch_time", i), Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS,
 				Description: "is not a valid timestamp: " + ts.CheckValid().Error()})
 		}
 	}
@@ -332,7 +317,7 @@ func invalidMembers(err error) error {
 }
 
 func memberViolation(line string) server.Violation {
-	v := server.Violation{Field: "members", Reason: ReasonInvalidMembers, Description: line}
+	v := server.Violation{Field: "members", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS, Description: line}
 	m := memberProblem.FindStringSubmatch(line)
 	if m == nil {
 		return v
@@ -396,7 +381,7 @@ func (s *runbookService) GetBatch(ctx context.Context, req *luciusv1.GetBatchReq
 	b, err := s.store.Batch(ctx, req.GetBatchId())
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: ReasonBatchNotFound, what: "batch " + id, metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
 	}
 	return &luciusv1.GetBatchResponse{Batch: batchToProto(b)}, nil
 }
@@ -407,14 +392,14 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 	var after string
 	if tok := req.GetPageToken(); tok != "" {
 		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: server.ReasonInvalidPageToken,
+			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
 				Description: "is not a token this API returned"}).Err()
 		}
 	}
 	members, err := s.store.BatchMembers(ctx, req.GetBatchId(), after, size+1)
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: ReasonBatchNotFound, what: "batch " + id, metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
 	}
 	resp := &luciusv1.ListBatchMembersResponse{}
 	if len(members) > size {
@@ -438,37 +423,19 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 	return resp, nil
 }
 
-// notFound says what a request addressed, for its NOT_FOUND answer.
-type notFound struct {
-	reason, what string
-	metadata     []string
-}
-
+// runbookNotFound says which runbook a request addressed, for its NOT_FOUND answer.
 func runbookNotFound(name string, version int32) *notFound {
 	what := "runbook " + name
 	if version != 0 {
 		what += " version " + strconv.Itoa(int(version))
 	}
-	return &notFound{reason: ReasonRunbookNotFound, what: what,
+	return &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND, msg: what + " not found",
 		metadata: []string{"name", name, "version", strconv.Itoa(int(version))}}
 }
 
-// error maps the store's and the registry's errors to API statuses, in one
-// place. missing describes the resource of ErrNotFound (nil: none expected).
+// error maps the runbook store's errors to API statuses through apiError.
 func (s *runbookService) error(ctx context.Context, err error, missing *notFound) error {
-	switch {
-	case errors.Is(err, runbook.ErrNotFound) && missing != nil:
-		return server.Error(codes.NotFound, missing.reason, missing.what+" not found", missing.metadata...).Err()
-	case errors.Is(err, runbook.ErrVersionExists):
-		return server.Error(codes.AlreadyExists, ReasonRunbookVersionExists,
-			"this runbook version is stored with different content; versions are immutable, apply the next version").Err()
-	case errors.Is(err, runbook.ErrInvalidMembers):
-		return invalidMembers(err)
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "request cancelled or timed out").Err()
-	}
-	s.log.ErrorContext(ctx, "runbooks", telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the runbook store is unavailable; retry").Err()
+	return apiError(ctx, s.log, "runbook store", "runbooks", err, missing)
 }
 
 func runbookToProto(sr *runbook.StoredRunbook) *luciusv1.Runbook {

@@ -157,7 +157,7 @@ func TestApplyRunbookStoresActivatesAndRegistersItsSteps(t *testing.T) {
 		t.Fatalf("applying the same content again wrote rows: %v → %v", before, after)
 	}
 	if code, body = f.rest(t, "POST", "/v1/runbooks", map[string]any{"source": mailboxVersion(1, "Changed.")}); code != http.StatusConflict ||
-		reasonOf(body) != ReasonRunbookVersionExists {
+		reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_VERSION_EXISTS) {
 		t.Fatalf("same version, other content: %d %v", code, body)
 	}
 
@@ -172,7 +172,7 @@ func TestApplyRunbookStoresActivatesAndRegistersItsSteps(t *testing.T) {
 		t.Fatalf("get version 1: %d %v", code, body)
 	}
 	for _, path := range []string{"/v1/runbooks/nope", "/v1/runbooks/mailbox-move?version=9"} {
-		if code, body = f.rest(t, "GET", path, nil); code != http.StatusNotFound || reasonOf(body) != ReasonRunbookNotFound {
+		if code, body = f.rest(t, "GET", path, nil); code != http.StatusNotFound || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND) {
 			t.Fatalf("GET %s: %d %v", path, code, body)
 		}
 	}
@@ -260,13 +260,13 @@ func TestApplyRunbookReportsEveryProblemWithLineAndColumn(t *testing.T) {
 			reason, got := grpcViolations(err)
 			var want []violation
 			for _, d := range tt.want {
-				want = append(want, violation{"source", ReasonInvalidRunbook, d})
+				want = append(want, violation{"source", server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_RUNBOOK), d})
 			}
-			if reason != ReasonInvalidRunbook || !reflect.DeepEqual(got, want) {
+			if reason != server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_RUNBOOK) || !reflect.DeepEqual(got, want) {
 				t.Fatalf("reason %s, violations\n%q\nwant\n%q", reason, got, want)
 			}
 			code, body := f.rest(t, "POST", "/v1/runbooks", map[string]any{"source": tt.source})
-			if code != http.StatusBadRequest || reasonOf(body) != ReasonInvalidRunbook || !hasFieldViolation(body, "source") ||
+			if code != http.StatusBadRequest || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_RUNBOOK) || !hasFieldViolation(body, "source") ||
 				!strings.Contains(body["message"].(string), tt.want[0]) {
 				t.Fatalf("REST: %d %v", code, body)
 			}
@@ -290,20 +290,20 @@ func TestApplyRunbookRefusesFunctionsOfOtherPoolsAndStoresNothing(t *testing.T) 
 		{
 			name:   "a built-in handler on another pool",
 			source: oneStep("      - {name: s, worker_id: mailer, function: OCR}\n"),
-			reason: ReasonFunctionOwnedByOtherPool,
+			reason: server.Reason(luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL),
 			want:   "step s: function OCR is owned by worker pool ocr, not mailer",
 		},
 		{
 			name:   "a function an earlier runbook gave to another pool",
 			source: oneStep("      - {name: s, worker_id: exchange, function: send_email}\n"),
-			reason: ReasonFunctionOwnedByOtherPool,
+			reason: server.Reason(luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL),
 			want:   "step s: function send_email is owned by worker pool mailer, not exchange",
 		},
 		{
 			name: "one function on two pools in one runbook",
 			source: oneStep("      - {name: a, worker_id: pool-a, function: fresh_function}\n" +
 				"      - {name: b, worker_id: pool-b, function: fresh_function}\n"),
-			reason: ReasonFunctionOwnedByOtherPool,
+			reason: server.Reason(luciusv1.ErrorReason_ERROR_REASON_FUNCTION_OWNED_BY_OTHER_POOL),
 			want:   "step b: function fresh_function runs on worker pool pool-b, but step a runs it on worker pool pool-a; a function belongs to one worker pool",
 		},
 	}
@@ -425,7 +425,7 @@ func TestLoadMembersCountsAndReplaces(t *testing.T) {
 	}
 	for _, path := range []string{"/v1/runbooks/nope/versions/0/members:load", "/v1/runbooks/mailbox-move/versions/7/members:load"} {
 		code, body := f.rest(t, "POST", path, map[string]any{"members": []any{}})
-		if code != http.StatusNotFound || reasonOf(body) != ReasonRunbookNotFound {
+		if code != http.StatusNotFound || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND) {
 			t.Fatalf("POST %s: %d %v", path, code, body)
 		}
 	}
@@ -461,19 +461,19 @@ func TestLoadMembersNamesTheFieldsOfBadRowsAndWritesNothing(t *testing.T) {
 		want    []string // fields
 	}{
 		{"an unknown column", []*luciusv1.RunbookMember{ok, member("b", batch, map[string]string{"colour": "red"})},
-			ReasonInvalidMembers, []string{"members[1].values.colour"}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[1].values.colour"}},
 		{"an unknown column that is no identifier", []*luciusv1.RunbookMember{member("b", batch, map[string]string{"no such": "x"})},
-			ReasonInvalidMembers, []string{`members[0].values["no such"]`}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{`members[0].values["no such"]`}},
 		{"a blank key and no batch time", []*luciusv1.RunbookMember{ok, member(" ", time.Time{}, nil)},
-			ReasonInvalidMembers, []string{"members[1].member_key", "members[1].batch_time"}},
-		{"a repeated key", []*luciusv1.RunbookMember{ok, ok}, ReasonInvalidMembers, []string{"members[1].member_key"}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[1].member_key", "members[1].batch_time"}},
+		{"a repeated key", []*luciusv1.RunbookMember{ok, ok}, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[1].member_key"}},
 		{"a NUL in a value", []*luciusv1.RunbookMember{member("b", batch, map[string]string{"email": "a\x00b"})},
-			ReasonInvalidMembers, []string{"members[0].values.email"}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[0].values.email"}},
 		{"a key too long", []*luciusv1.RunbookMember{member(strings.Repeat("k", 257), batch, nil)},
-			ReasonInvalidMembers, []string{"members[0].member_key"}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[0].member_key"}},
 		{"an invalid batch time", []*luciusv1.RunbookMember{{MemberKey: "b", BatchTime: &timestamppb.Timestamp{Seconds: 1, Nanos: -1}}},
-			ReasonInvalidMembers, []string{"members[0].batch_time"}},
-		{"more than 50,000 rows", manyMembers(50_001), server.ReasonInvalidArgument, []string{"members"}},
+			server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS), []string{"members[0].batch_time"}},
+		{"more than 50,000 rows", manyMembers(50_001), server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT), []string{"members"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -497,7 +497,7 @@ func TestLoadMembersNamesTheFieldsOfBadRowsAndWritesNothing(t *testing.T) {
 	}
 	code, body := f.rest(t, "POST", "/v1/runbooks/mailbox-move/versions/0/members:load", map[string]any{
 		"members": []any{map[string]any{"member_key": "x", "batch_time": "2025-03-15T00:00:00Z", "values": map[string]any{"colour": "red"}}}})
-	if code != http.StatusBadRequest || !hasFieldViolation(body, "members[0].values.colour") || reasonOf(body) != ReasonInvalidMembers {
+	if code != http.StatusBadRequest || !hasFieldViolation(body, "members[0].values.colour") || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS) {
 		t.Fatalf("REST: %d %v", code, body)
 	}
 }
@@ -515,7 +515,7 @@ func TestMemberViolationsNameTheirFields(t *testing.T) {
 	}
 	for _, tt := range tests {
 		v := memberViolation(tt.problem)
-		if v.Field != tt.field || v.Description != tt.description || v.Reason != ReasonInvalidMembers {
+		if v.Field != tt.field || v.Description != tt.description || v.Reason != luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS {
 			t.Errorf("%q: %+v, want field %q description %q", tt.problem, v, tt.field, tt.description)
 		}
 	}
@@ -650,12 +650,12 @@ func TestBatchesAreListedAndReadWithTheirExecutionsAndMembers(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{fmt.Sprintf("/v1/batches/%d", ids[2]+100), http.StatusNotFound, ReasonBatchNotFound},
-		{fmt.Sprintf("/v1/batches/%d/members", ids[2]+100), http.StatusNotFound, ReasonBatchNotFound},
-		{fmt.Sprintf("/v1/batches/%d/members?page_token=garbage", batch), http.StatusBadRequest, server.ReasonInvalidPageToken},
-		{"/v1/runbooks/nope/batches", http.StatusNotFound, ReasonRunbookNotFound},
-		{"/v1/runbooks/mailbox-move/batches?page_token=garbage", http.StatusBadRequest, server.ReasonInvalidPageToken},
-		{"/v1/batches/0", http.StatusBadRequest, server.ReasonInvalidArgument},
+		{fmt.Sprintf("/v1/batches/%d", ids[2]+100), http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND)},
+		{fmt.Sprintf("/v1/batches/%d/members", ids[2]+100), http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND)},
+		{fmt.Sprintf("/v1/batches/%d/members?page_token=garbage", batch), http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN)},
+		{"/v1/runbooks/nope/batches", http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND)},
+		{"/v1/runbooks/mailbox-move/batches?page_token=garbage", http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN)},
+		{"/v1/batches/0", http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
 	} {
 		if code, body := f.rest(t, "GET", tt.path, nil); code != tt.code || reasonOf(body) != tt.reason {
 			t.Fatalf("GET %s: %d %v, want %d %s", tt.path, code, body, tt.code, tt.reason)

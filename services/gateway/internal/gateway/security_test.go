@@ -34,18 +34,18 @@ func TestTenantIsolationOverREST(t *testing.T) {
 		want                      int
 		reason                    string
 	}{
-		{"no token", "", "GET", "/v1/jobs/" + jobID, nil, http.StatusUnauthorized, auth.ReasonUnauthenticated},
-		{"a bad token", "not-a-token", "GET", "/v1/jobs", nil, http.StatusUnauthorized, auth.ReasonUnauthenticated},
-		{"evil reads acme's job", evil, "GET", "/v1/jobs/" + jobID, nil, http.StatusNotFound, server.ReasonJobNotFound},
-		{"evil reads its steps", evil, "GET", "/v1/jobs/" + jobID + "/steps", nil, http.StatusNotFound, server.ReasonJobNotFound},
-		{"evil reads its events", evil, "GET", "/v1/jobs/" + jobID + "/events", nil, http.StatusNotFound, server.ReasonJobNotFound},
-		{"evil cancels it", evil, "POST", "/v1/jobs/" + jobID + ":cancel", map[string]any{}, http.StatusNotFound, server.ReasonJobNotFound},
-		{"evil replays it", evil, "POST", "/v1/jobs/" + jobID + ":replay", map[string]any{}, http.StatusNotFound, server.ReasonJobNotFound},
-		{"evil submits as acme", evil, "POST", "/v1/commands", validBody("iso-2"), http.StatusForbidden, auth.ReasonTenantNotHeld},
-		{"a partner changes the globals", acme, "PUT", "/v1/config/global", map[string]any{}, http.StatusForbidden, auth.ReasonPermissionDenied},
-		{"a partner reads tenant config", acme, "GET", "/v1/config/tenants/acme", nil, http.StatusForbidden, auth.ReasonPermissionDenied},
-		{"a partner registers a workflow", acme, "POST", "/v1/workflows", map[string]any{"source": "x"}, http.StatusForbidden, auth.ReasonPermissionDenied},
-		{"a partner applies a runbook", acme, "POST", "/v1/runbooks", map[string]any{"source": "x"}, http.StatusForbidden, auth.ReasonPermissionDenied},
+		{"no token", "", "GET", "/v1/jobs/" + jobID, nil, http.StatusUnauthorized, server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED)},
+		{"a bad token", "not-a-token", "GET", "/v1/jobs", nil, http.StatusUnauthorized, server.Reason(luciusv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED)},
+		{"evil reads acme's job", evil, "GET", "/v1/jobs/" + jobID, nil, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"evil reads its steps", evil, "GET", "/v1/jobs/" + jobID + "/steps", nil, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"evil reads its events", evil, "GET", "/v1/jobs/" + jobID + "/events", nil, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"evil cancels it", evil, "POST", "/v1/jobs/" + jobID + ":cancel", map[string]any{}, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"evil replays it", evil, "POST", "/v1/jobs/" + jobID + ":replay", map[string]any{}, http.StatusNotFound, server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND)},
+		{"evil submits as acme", evil, "POST", "/v1/commands", validBody("iso-2"), http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_TENANT_NOT_HELD)},
+		{"a partner changes the globals", acme, "PUT", "/v1/config/global", map[string]any{}, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED)},
+		{"a partner reads tenant config", acme, "GET", "/v1/config/tenants/acme", nil, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED)},
+		{"a partner registers a workflow", acme, "POST", "/v1/workflows", map[string]any{"source": "x"}, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED)},
+		{"a partner applies a runbook", acme, "POST", "/v1/runbooks", map[string]any{"source": "x"}, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED)},
 		{"acme reads its job", acme, "GET", "/v1/jobs/" + jobID, nil, http.StatusOK, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/services/gateway/internal/console"
 	"github.com/lucius-platform/lucius/services/gateway/internal/docs"
+	"github.com/lucius-platform/lucius/services/gateway/internal/requestid"
 )
 
 // Config configures the gateway. Zero values take the defaults noted.
@@ -48,11 +49,15 @@ type Config struct {
 	Policy         Policy
 	// Console configures the web console at /ui/ and its login tickets.
 	Console console.Config
+	// RequestIDs says how long request ids of mutating calls (AIP-155) are
+	// remembered and how a duplicate of a running call waits.
+	RequestIDs requestid.Config
 }
 
 // Validate reports missing settings.
 func (c *Config) Validate() error {
-	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate(), c.WorkflowLimits.Validate(), c.Console.Validate())
+	return errors.Join(c.Service.Validate(), c.Policy.Payload.Validate(), c.WorkflowLimits.Validate(), c.Console.Validate(),
+		c.RequestIDs.Validate())
 }
 
 func (c *Config) defaults() {
@@ -68,7 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger
 	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations, runbook.Migrations,
-		console.Migrations)
+		console.Migrations, requestid.Migrations)
 	if err != nil {
 		return err
 	}
@@ -92,10 +97,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	requestIDs, err := requestid.New(requestid.NewStore(pool), cfg.RequestIDs, log)
+	if err != nil {
+		return err
+	}
 	sessions := console.NewStore(pool)
 	svc := cfg.Service
 	svc.Sessions = sessions
-	ep, err := svc.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary()},
+	// Request ids run after the request rates: a refused call reserves nothing.
+	ep, err := svc.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary(), requestIDs.Unary()},
 		runtime.WithForwardResponseOption(acceptedFor202), runtime.WithForwardResponseRewriter(invalidStaysExplicit),
 		runtime.WithMetadata(console.SessionMetadata))
 	if err != nil {

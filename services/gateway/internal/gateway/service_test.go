@@ -144,7 +144,7 @@ func TestSubmitOverRESTAnswers202AndIsIdempotent(t *testing.T) {
 	different := validBody("k1")
 	different["input_ref"] = "file:///data/other.txt"
 	code, conflict := f.rest(t, "POST", "/v1/commands", different)
-	if code != http.StatusConflict || reasonOf(conflict) != server.ReasonIdempotencyKeyReused {
+	if code != http.StatusConflict || reasonOf(conflict) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_IDEMPOTENCY_KEY_REUSED) {
 		t.Fatalf("reused key: %d %v", code, conflict)
 	}
 	code, job := f.rest(t, "GET", "/v1/jobs/"+jobID, nil)
@@ -218,7 +218,7 @@ func TestJobLookupsAndPaging(t *testing.T) {
 	t.Parallel()
 	f := startGateway(t)
 	unknown := fmt.Sprintf("%064d", 0)
-	if code, body := f.rest(t, "GET", "/v1/jobs/"+unknown, nil); code != http.StatusNotFound || reasonOf(body) != server.ReasonJobNotFound {
+	if code, body := f.rest(t, "GET", "/v1/jobs/"+unknown, nil); code != http.StatusNotFound || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND) {
 		t.Fatalf("unknown job: %d %v", code, body)
 	}
 	if code, _ := f.rest(t, "GET", "/v1/jobs/not-a-job-id", nil); code != http.StatusBadRequest {

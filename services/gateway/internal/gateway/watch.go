@@ -283,7 +283,7 @@ func (s *jobService) WatchJob(req *luciusv1.WatchJobRequest, stream luciusv1.Job
 			return ctx.Err()
 		case batch, ok := <-w.events:
 			if !ok {
-				return server.Error(codes.Aborted, server.ReasonWatchBehind,
+				return server.Error(codes.Aborted, luciusv1.ErrorReason_ERROR_REASON_WATCH_BEHIND,
 					"the stream fell behind; watch again with after_event_id set to the last event_id received", "job_id", id).Err()
 			}
 			for _, e := range batch {
@@ -335,7 +335,7 @@ func (s *jobService) WatchJobs(req *luciusv1.WatchJobsRequest, stream luciusv1.J
 			return ctx.Err()
 		case batch, ok := <-w.events:
 			if !ok {
-				return server.Error(codes.Aborted, server.ReasonWatchBehind,
+				return server.Error(codes.Aborted, luciusv1.ErrorReason_ERROR_REASON_WATCH_BEHIND,
 					"the stream fell behind; watch again with after_event_id set to the last event_id received").Err()
 			}
 			for _, e := range batch {

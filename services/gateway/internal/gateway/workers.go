@@ -39,7 +39,7 @@ var _ luciusv1.WorkerServiceServer = (*workerService)(nil)
 // catalog at once.
 func (s *workerService) RegisterWorker(ctx context.Context, req *luciusv1.RegisterWorkerRequest) (*luciusv1.RegisterWorkerResponse, error) {
 	if !auth.FromContext(ctx).Serves(req.GetService()) {
-		return nil, server.Error(codes.PermissionDenied, server.ReasonServiceNotServed,
+		return nil, server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_SERVICE_NOT_SERVED,
 			"this worker identity does not serve service "+req.GetService(), "service", req.GetService()).Err()
 	}
 	w := ledger.WorkerInstance{Service: req.GetService(), InstanceID: req.GetInstanceId(), Version: req.GetVersion()}
@@ -48,7 +48,7 @@ func (s *workerService) RegisterWorker(ctx context.Context, req *luciusv1.Regist
 	}
 	err := s.store.RegisterWorker(ctx, w)
 	if errors.Is(err, ledger.ErrHandlerConflict) {
-		return nil, server.Error(codes.AlreadyExists, server.ReasonHandlerOwnedByAnotherService,
+		return nil, server.Error(codes.AlreadyExists, luciusv1.ErrorReason_ERROR_REASON_HANDLER_OWNED_BY_ANOTHER_SERVICE,
 			err.Error()+"; name the handler differently", "service", req.GetService()).Err()
 	}
 	if err != nil {

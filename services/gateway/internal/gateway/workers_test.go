@@ -6,6 +6,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/base/server"
+	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 )
 
 const reverserYAML = `workflow_id: reverse_lines
@@ -51,12 +52,12 @@ func TestWorkersAnnounceTheirHandlers(t *testing.T) {
 		reason string
 	}{
 		{"another service", worker, map[string]any{"service": "ocr", "instance_id": "x",
-			"handlers": []any{map[string]any{"name": "REVERSE"}}}, http.StatusForbidden, server.ReasonServiceNotServed},
+			"handlers": []any{map[string]any{"name": "REVERSE"}}}, http.StatusForbidden, server.Reason(luciusv1.ErrorReason_ERROR_REASON_SERVICE_NOT_SERVED)},
 		{"a handler another service runs", f.issuer.Token(t, authtest.Worker("thief")), map[string]any{"service": "thief",
-			"instance_id": "x", "handlers": []any{map[string]any{"name": "OCR"}}}, http.StatusConflict, server.ReasonHandlerOwnedByAnotherService},
-		{"no handlers", worker, map[string]any{"service": "reverser", "instance_id": "x"}, http.StatusBadRequest, server.ReasonInvalidArgument},
+			"instance_id": "x", "handlers": []any{map[string]any{"name": "OCR"}}}, http.StatusConflict, server.Reason(luciusv1.ErrorReason_ERROR_REASON_HANDLER_OWNED_BY_ANOTHER_SERVICE)},
+		{"no handlers", worker, map[string]any{"service": "reverser", "instance_id": "x"}, http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
 		{"a handler name with a space", worker, map[string]any{"service": "reverser", "instance_id": "x",
-			"handlers": []any{map[string]any{"name": "RE VERSE"}}}, http.StatusBadRequest, server.ReasonInvalidArgument},
+			"handlers": []any{map[string]any{"name": "RE VERSE"}}}, http.StatusBadRequest, server.Reason(luciusv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)},
 		{"a partner", f.issuer.Token(t, authtest.Partner("acme")), announce, http.StatusForbidden, "PERMISSION_DENIED"},
 	}
 	for _, tt := range refused {

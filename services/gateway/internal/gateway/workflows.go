@@ -17,16 +17,6 @@ import (
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
-// Reasons of WorkflowService errors.
-const (
-	ReasonInvalidWorkflow       = "INVALID_WORKFLOW"
-	ReasonWorkflowVersionExists = "WORKFLOW_VERSION_EXISTS"
-	ReasonWorkflowNotFound      = "WORKFLOW_NOT_FOUND"
-	// ReasonWorkflowTooLarge: the definition passes one of the workflow
-	// limits; the violation's description names the limit and the value.
-	ReasonWorkflowTooLarge = "WORKFLOW_TOO_LARGE"
-)
-
 // workflowService implements lucius.v1.WorkflowService over the registry.
 type workflowService struct {
 	luciusv1.UnimplementedWorkflowServiceServer
@@ -43,7 +33,7 @@ func (s *workflowService) RegisterWorkflow(ctx context.Context, req *luciusv1.Re
 	case errors.Is(err, registry.ErrInvalid):
 		return nil, invalidWorkflow(err)
 	case errors.Is(err, ledger.ErrDefinitionConflict):
-		return nil, server.Error(codes.AlreadyExists, ReasonWorkflowVersionExists,
+		return nil, server.Error(codes.AlreadyExists, luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_VERSION_EXISTS,
 			"this version is already registered with different content; versions are immutable, register the next version",
 		).Err()
 	case err != nil:
@@ -73,7 +63,7 @@ func (s *workflowService) ValidateWorkflow(ctx context.Context, req *luciusv1.Va
 func (s *workflowService) GetWorkflow(ctx context.Context, req *luciusv1.GetWorkflowRequest) (*luciusv1.GetWorkflowResponse, error) {
 	stored, err := s.reg.Stored(ctx, req.GetWorkflowId(), int(req.GetVersion()))
 	if errors.Is(err, ledger.ErrNotFound) {
-		return nil, server.Error(codes.NotFound, ReasonWorkflowNotFound, "workflow "+req.GetWorkflowId()+" not found",
+		return nil, server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_NOT_FOUND, "workflow "+req.GetWorkflowId()+" not found",
 			"workflow_id", req.GetWorkflowId()).Err()
 	}
 	if err != nil {
@@ -116,19 +106,19 @@ func (s *workflowService) ListWorkflows(ctx context.Context, req *luciusv1.ListW
 
 func (s *workflowService) unavailable(ctx context.Context, err error) error {
 	s.log.ErrorContext(ctx, "workflow registry", "err", err)
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the workflow registry is unavailable; retry").Err()
+	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the workflow registry is unavailable; retry").Err()
 }
 
 // invalidWorkflow reports each validation problem as a violation of "source";
 // a definition over a limit as one WORKFLOW_TOO_LARGE violation.
 func invalidWorkflow(err error) error {
 	if le, ok := errors.AsType[*workflow.LimitError](err); ok {
-		return server.InvalidArgument(server.Violation{Field: "source", Reason: ReasonWorkflowTooLarge,
+		return server.InvalidArgument(server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_TOO_LARGE,
 			Description: strings.TrimPrefix(le.Error(), "source:")}).Err()
 	}
 	var vs []server.Violation
 	for _, p := range problems(err) {
-		vs = append(vs, server.Violation{Field: "source", Reason: ReasonInvalidWorkflow, Description: p})
+		vs = append(vs, server.Violation{Field: "source", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_WORKFLOW, Description: p})
 	}
 	return server.InvalidArgument(vs...).Err()
 }

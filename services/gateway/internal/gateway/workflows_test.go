@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -40,7 +41,7 @@ func TestWorkflowServiceOverREST(t *testing.T) {
 		t.Fatalf("re-register the same content: %d %v", code, body)
 	}
 	changed := strings.Replace(twoStepYAML, "name: OCR then prompts", "name: changed", 1)
-	if code, body = f.rest(t, "POST", "/v1/workflows", map[string]any{"source": changed}); code != http.StatusConflict || reasonOf(body) != ReasonWorkflowVersionExists {
+	if code, body = f.rest(t, "POST", "/v1/workflows", map[string]any{"source": changed}); code != http.StatusConflict || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_VERSION_EXISTS) {
 		t.Fatalf("same version, other content: %d %v", code, body)
 	}
 	// A new request type runs as soon as it is registered: the gateway accepts it.
@@ -107,7 +108,7 @@ func TestRegisterWorkflowRefusesOneOverTheNodeLimit(t *testing.T) {
 	tooLarge := chainYAML(workflow.DefaultMaxNodes + 1)
 	code, body := f.rest(t, "POST", "/v1/workflows", map[string]any{"source": tooLarge})
 	msg, _ := body["message"].(string)
-	if code != http.StatusBadRequest || reasonOf(body) != ReasonWorkflowTooLarge || !hasFieldViolation(body, "source") ||
+	if code != http.StatusBadRequest || reasonOf(body) != server.Reason(luciusv1.ErrorReason_ERROR_REASON_WORKFLOW_TOO_LARGE) || !hasFieldViolation(body, "source") ||
 		!strings.Contains(msg, "max_nodes") || !strings.Contains(msg, "1001 nodes") {
 		t.Fatalf("REST register of %d nodes: %d %v", workflow.DefaultMaxNodes+1, code, body)
 	}

@@ -80,7 +80,7 @@ func (s *callbackService) admit(ctx context.Context, kind, jobID, stepID string,
 	if rerr := s.engine.Store().RecordEvents(ctx, event); rerr != nil {
 		s.log.DebugContext(ctx, "record refused callback", telemetry.JobID(jobID), telemetry.Err(rerr))
 	}
-	return server.Error(codes.PermissionDenied, auth.ReasonCallbackTokenDenied, "callback refused: "+refusal.Detail,
+	return server.Error(codes.PermissionDenied, luciusv1.ErrorReason_ERROR_REASON_CALLBACK_TOKEN_INVALID, "callback refused: "+refusal.Detail,
 		"refusal", refusal.Reason).Err()
 }
 
@@ -150,7 +150,7 @@ func (s *callbackService) GetDirective(ctx context.Context, req *luciusv1.GetDir
 	}
 	d, err := s.engine.DetachedDirective(ctx, req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId())
 	if errors.Is(err, ledger.ErrNotFound) {
-		return nil, server.Error(codes.NotFound, server.ReasonDirectiveNotFound,
+		return nil, server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_DIRECTIVE_NOT_FOUND,
 			"no detached directive for this attempt", "job_id", req.GetJobId(), "step_id", req.GetStepId()).Err()
 	}
 	if err != nil {
@@ -186,15 +186,15 @@ func (s *callbackService) record(ctx context.Context, kind string, outcome luciu
 func (s *callbackService) callbackError(ctx context.Context, err error, jobID, stepID string) error {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		return server.Error(codes.NotFound, server.ReasonJobNotFound, "job "+jobID+" not found", "job_id", jobID).Err()
+		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, "job "+jobID+" not found", "job_id", jobID).Err()
 	case errors.Is(err, engine.ErrUnknownStep):
-		return server.Error(codes.NotFound, server.ReasonStepNotFound, "job "+jobID+" has no step "+stepID,
+		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_STEP_NOT_FOUND, "job "+jobID+" has no step "+stepID,
 			"job_id", jobID, "step_id", stepID).Err()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, server.ReasonUnavailable, "callback cancelled or timed out; retry").Err()
+		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "callback cancelled or timed out; retry").Err()
 	}
 	s.log.ErrorContext(ctx, "apply callback", telemetry.JobID(jobID), telemetry.StepID(stepID), telemetry.Err(err))
-	return server.Error(codes.Unavailable, server.ReasonUnavailable, "the callback could not be applied; retry").Err()
+	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the callback could not be applied; retry").Err()
 }
 
 func stepStatus(s ledger.StepStatus) luciusv1.StepStatus {
