@@ -17,7 +17,7 @@ import (
 // read the ledger directly (bench, chaos).
 var sqlOwners = []string{
 	"core/ledger", "core/config", "core/runbook", "bus/pgbus", "sdk/worker",
-	"services/gateway/internal/console",
+	"services/gateway/internal/console", "services/gateway/internal/requestid",
 	"base/migrate", "base/pgcluster", "base/pgtest",
 	"tools/cmd/lucius-bench", "tools/chaos",
 }
