@@ -50,29 +50,31 @@ func TestPiecesSplitsTextAndReferences(t *testing.T) {
 	}
 }
 
+// refused are inputs Pieces refuses in a mode, with the pieces it yields
+// before the error.
+var refused = []struct {
+	in     string
+	mode   Mode
+	before []Piece
+	want   error
+}{
+	{"{{ email", Strict, nil, ErrNotClosed},
+	{"{{ email", TrailingOnly, nil, ErrNotClosed},
+	{"a {{ b }} {{ c", Strict, []Piece{text("a "), ref("b")}, ErrNotClosed},
+	{"email }}", Strict, nil, ErrCloseAlone},
+	{"email }}", TrailingOnly, nil, ErrCloseAlone},
+	{"{{ email }} }}", Strict, []Piece{ref("email")}, ErrCloseAlone},
+	{"{{ email }} }}", TrailingOnly, []Piece{ref("email")}, ErrCloseAlone},
+	{"{{ {{ a }} }}x", Strict, []Piece{ref("{{ a")}, ErrCloseAlone},
+	{"}} {{ email }}", Strict, nil, ErrCloseAlone},
+	// Strict finds a lone }} before it looks for the reference's end.
+	{"}} {{ email", Strict, nil, ErrCloseAlone},
+	{"}} {{ email", TrailingOnly, nil, ErrNotClosed},
+}
+
 func TestPiecesReportsSyntaxErrorsWhereTheyStand(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in   string
-		mode Mode
-		// before are the pieces yielded before the error.
-		before []Piece
-		want   error
-	}{
-		{"{{ email", Strict, nil, ErrNotClosed},
-		{"{{ email", TrailingOnly, nil, ErrNotClosed},
-		{"a {{ b }} {{ c", Strict, []Piece{text("a "), ref("b")}, ErrNotClosed},
-		{"email }}", Strict, nil, ErrCloseAlone},
-		{"email }}", TrailingOnly, nil, ErrCloseAlone},
-		{"{{ email }} }}", Strict, []Piece{ref("email")}, ErrCloseAlone},
-		{"{{ email }} }}", TrailingOnly, []Piece{ref("email")}, ErrCloseAlone},
-		{"{{ {{ a }} }}x", Strict, []Piece{ref("{{ a")}, ErrCloseAlone},
-		{"}} {{ email }}", Strict, nil, ErrCloseAlone},
-		// Strict finds a lone }} before it looks for the reference's end.
-		{"}} {{ email", Strict, nil, ErrCloseAlone},
-		{"}} {{ email", TrailingOnly, nil, ErrNotClosed},
-	}
-	for _, tt := range tests {
+	for _, tt := range refused {
 		got, err := collect(tt.in, tt.mode)
 		if !errors.Is(err, tt.want) || !reflect.DeepEqual(got, tt.before) {
 			t.Errorf("Pieces(%q, %d) = %+v, %v; want %+v, %v", tt.in, tt.mode, got, err, tt.before, tt.want)
