@@ -36,15 +36,15 @@ type Problems struct {
 	Max   int
 	errs  []error
 	found int
-	last  string // where the last problem found is
+	last  *yaml.Node // where the last problem found is
 }
 
 // At reports a problem at n.
 func (p *Problems) At(n *yaml.Node, format string, args ...any) {
 	p.found++
-	p.last = Where(p.File, n)
+	p.last = n
 	if p.Max == 0 || p.found <= p.Max {
-		p.errs = append(p.errs, fmt.Errorf("%s: %s", p.last, fmt.Sprintf(format, args...)))
+		p.errs = append(p.errs, fmt.Errorf("%s: %s", Where(p.File, n), fmt.Sprintf(format, args...)))
 	}
 }
 
@@ -55,7 +55,7 @@ func (p *Problems) Len() int { return p.found }
 // last line counts the rest, at the last one's position.
 func (p *Problems) Err() error {
 	if p.Max > 0 && p.found > p.Max {
-		more := fmt.Errorf("%s: and %d more problems", p.last, p.found-p.Max)
+		more := fmt.Errorf("%s: and %d more problems", Where(p.File, p.last), p.found-p.Max)
 		return errors.Join(append(p.errs, more)...)
 	}
 	return errors.Join(p.errs...)
