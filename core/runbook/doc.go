@@ -53,6 +53,13 @@
 // times are RFC 3339 in UTC, 2025-03-15T00:00:00Z); a number, boolean or null
 // literal stays as it is. See MemberVars, BatchVars and Params.Render.
 //
+// The {{ }} syntax is the one workflow templates use (package braces reads
+// both), but the expressions differ: a workflow reference is a typed path
+// into JSON inputs and outputs, rendering missing values as null; a runbook
+// variable is a bare name whose value is text, and a missing one fails the
+// render rather than send a step to the wrong place. A "}}" outside {{ }}
+// is refused anywhere (braces.Strict).
+//
 // # Validation
 //
 // Parse checks everything it can before a runbook is stored: unknown keys,

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lucius-platform/lucius/core/internal/braces"
 )
 
 // Params are a step's templated parameters: a mapping whose strings, at any
@@ -47,38 +49,21 @@ var varPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // parseText splits s into literal text and {{ variable }} references.
 func parseText(s string) ([]part, error) {
 	var parts []part
-	rest := s
-	for {
-		open := strings.Index(rest, "{{")
-		if open < 0 {
-			if strings.Contains(rest, "}}") {
-				return nil, errors.New("'}}' without '{{'")
-			}
-			if rest != "" {
-				parts = append(parts, part{text: rest})
-			}
-			return parts, nil
-		}
-		if strings.Contains(rest[:open], "}}") {
-			return nil, errors.New("'}}' without '{{'")
-		}
-		end := strings.Index(rest[open+2:], "}}")
-		if end < 0 {
-			return nil, errors.New("'{{' is not closed")
-		}
-		if open > 0 {
-			parts = append(parts, part{text: rest[:open]})
-		}
-		expr := strings.TrimSpace(rest[open+2 : open+2+end])
+	for piece, err := range braces.Pieces(s, braces.Strict) {
 		switch {
-		case expr == "":
+		case err != nil:
+			return nil, err
+		case !piece.IsRef:
+			parts = append(parts, part{text: piece.Text})
+		case piece.Text == "":
 			return nil, errors.New("{{ }} names no variable")
-		case !varPattern.MatchString(expr):
-			return nil, fmt.Errorf("{{ %s }}: want a variable name such as {{ email }} or {{ _batch_id }}", expr)
+		case !varPattern.MatchString(piece.Text):
+			return nil, fmt.Errorf("{{ %s }}: want a variable name such as {{ email }} or {{ _batch_id }}", piece.Text)
+		default:
+			parts = append(parts, part{ref: piece.Text})
 		}
-		parts = append(parts, part{ref: expr})
-		rest = rest[open+2+end+2:]
 	}
+	return parts, nil
 }
 
 // Vars lists the variables the params refer to, sorted, each once.

@@ -2,13 +2,13 @@ package workflow
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lucius-platform/lucius/core/internal/yamlnode"
 )
 
 // Catalog says which handlers exist and which service owns each.
@@ -111,20 +111,20 @@ func ParseWithLimits(file string, data []byte, catalog Catalog, limits Limits) (
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	p := &parser{file: file, root: &root, catalog: catalog,
+	p := &parser{problems: yamlnode.Problems{File: file}, root: &root, catalog: catalog,
 		def: &Definition{ID: raw.WorkflowID, Name: raw.Name, Version: raw.Version, Description: raw.Description,
 			Inputs: map[string]Input{}, Source: data, limits: limits}}
 	p.header(&raw)
 	p.inputs(&raw)
 	p.nodes(&raw)
-	if len(p.errs) == 0 {
+	if p.problems.Len() == 0 {
 		p.graph()
 	}
-	if len(p.errs) == 0 {
+	if p.problems.Len() == 0 {
 		p.templates()
 	}
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
+	if err := p.problems.Err(); err != nil {
+		return nil, err
 	}
 	return p.def, nil
 }
@@ -132,7 +132,7 @@ func ParseWithLimits(file string, data []byte, catalog Catalog, limits Limits) (
 // checkSize counts what Limits bound in the YAML tree, before it is decoded
 // further: nesting depth, nodes and edges.
 func checkSize(file string, root *yaml.Node, l Limits) error {
-	at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", file, n.Line, n.Column) }
+	at := func(n *yaml.Node) string { return yamlnode.Where(file, n) }
 	d, literal, deep := depth(root, l.MaxDepth)
 	if deep != nil {
 		return limitErr("max_depth", l.MaxDepth, d, at(deep), "YAML maps and lists nest %d deep here", d)
@@ -142,7 +142,7 @@ func checkSize(file string, root *yaml.Node, l Limits) error {
 		return limitErr("alias_expansion", bound, size, file+":1:1",
 			"YAML aliases expand the document's %d nodes to at least %d", literal, size)
 	}
-	nodes := valueOf(root, "nodes")
+	nodes := yamlnode.Value(yamlnode.Document(root), "nodes")
 	if nodes == nil || nodes.Kind != yaml.MappingNode {
 		return nil // reported by the parser
 	}
@@ -152,7 +152,10 @@ func checkSize(file string, root *yaml.Node, l Limits) error {
 	edges := 0
 	for i := 1; i < len(nodes.Content); i += 2 {
 		for _, key := range []string{"next", "branches", "on_failure"} {
-			v := valueOfChild(nodes.Content[i], key)
+			v := yamlnode.Value(nodes.Content[i], key)
+			if v == nil {
+				continue
+			}
 			switch v.Kind {
 			case yaml.ScalarNode:
 				edges++
@@ -169,54 +172,31 @@ func checkSize(file string, root *yaml.Node, l Limits) error {
 }
 
 type parser struct {
-	file    string
-	root    *yaml.Node
-	catalog Catalog
-	def     *Definition
-	errs    []error
+	problems yamlnode.Problems
+	root     *yaml.Node
+	catalog  Catalog
+	def      *Definition
 	// keyNodes holds each node's key position, valueNodes its mapping.
 	keyNodes   map[string]*yaml.Node
 	valueNodes map[string]*yaml.Node
-}
-
-func (p *parser) errAt(n *yaml.Node, format string, args ...any) {
-	line, col := 0, 0
-	if n != nil {
-		line, col = n.Line, n.Column
-	}
-	p.errs = append(p.errs, fmt.Errorf("%s:%d:%d: %s", p.file, line, col, fmt.Sprintf(format, args...)))
 }
 
 // nodeErr reports a problem of a node, at one of its keys when given.
 func (p *parser) nodeErr(id, key, format string, args ...any) {
 	at := p.keyNodes[id]
 	if v := p.valueNodes[id]; v != nil && key != "" {
-		if k := child(v, key); k != nil {
+		if k := yamlnode.Key(v, key); k != nil {
 			at = k
 		}
 	}
-	p.errAt(at, "node %s: %s", id, fmt.Sprintf(format, args...))
+	p.problems.At(at, "node %s: %s", id, fmt.Sprintf(format, args...))
 }
 
-// child finds the key node of key in a mapping node (or its value when the value is a collection).
-func child(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i]
-		}
-	}
-	return nil
-}
-
+// top returns the key node of a top-level key, or the document's mapping
+// when it is absent: where to report a problem with key.
 func (p *parser) top(key string) *yaml.Node {
-	doc := p.root
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
-	}
-	if k := child(doc, key); k != nil {
+	doc := yamlnode.Document(p.root)
+	if k := yamlnode.Key(doc, key); k != nil {
 		return k
 	}
 	return doc
@@ -224,19 +204,19 @@ func (p *parser) top(key string) *yaml.Node {
 
 func (p *parser) header(raw *rawDef) {
 	if !workflowIDPattern.MatchString(raw.WorkflowID) {
-		p.errAt(p.top("workflow_id"), "workflow_id %q must match %s", raw.WorkflowID, workflowIDPattern)
+		p.problems.At(p.top("workflow_id"), "workflow_id %q must match %s", raw.WorkflowID, workflowIDPattern)
 	}
 	if raw.Version < 1 {
-		p.errAt(p.top("version"), "version must be 1 or more")
+		p.problems.At(p.top("version"), "version must be 1 or more")
 	}
 	if raw.SLASeconds < 0 || raw.SLASeconds > 90*24*3600 {
-		p.errAt(p.top("sla_seconds"), "sla_seconds must be between 1 and 7776000 (90 days)")
+		p.problems.At(p.top("sla_seconds"), "sla_seconds must be between 1 and 7776000 (90 days)")
 	}
 	p.def.SLA = time.Duration(raw.SLASeconds) * time.Second
 }
 
 func (p *parser) inputs(raw *rawDef) {
-	inputsNode := valueOf(p.root, "inputs")
+	inputsNode := yamlnode.Value(yamlnode.Document(p.root), "inputs")
 	names := make([]string, 0, len(raw.Inputs))
 	for n := range raw.Inputs {
 		names = append(names, n)
@@ -244,39 +224,22 @@ func (p *parser) inputs(raw *rawDef) {
 	sort.Strings(names)
 	for _, name := range names {
 		in := raw.Inputs[name]
-		at := child(inputsNode, name)
+		at := yamlnode.Key(inputsNode, name)
 		if !inputNamePattern.MatchString(name) {
-			p.errAt(at, "input %q: name must match %s", name, inputNamePattern)
+			p.problems.At(at, "input %q: name must match %s", name, inputNamePattern)
 		}
 		if problem := in.Rule.check(); problem != "" {
-			p.errAt(at, "input %s: %s", name, problem)
+			p.problems.At(at, "input %s: %s", name, problem)
 			continue
 		}
 		def := normalize(in.Default)
 		if def != nil {
 			if vs := in.Rule.validate("default", def); len(vs) > 0 {
-				p.errAt(at, "input %s: default %s", name, vs[0].Description)
+				p.problems.At(at, "input %s: default %s", name, vs[0].Description)
 			}
 		}
 		p.def.Inputs[name] = Input{Rule: in.Rule, Default: def}
 	}
-}
-
-// valueOf returns the value node of a top-level key.
-func valueOf(root *yaml.Node, key string) *yaml.Node {
-	doc := root
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
-	}
-	if doc.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(doc.Content); i += 2 {
-		if doc.Content[i].Value == key {
-			return doc.Content[i+1]
-		}
-	}
-	return nil
 }
 
 func (p *parser) nodes(raw *rawDef) {
@@ -285,23 +248,22 @@ func (p *parser) nodes(raw *rawDef) {
 	p.keyNodes, p.valueNodes = make(map[string]*yaml.Node, size), make(map[string]*yaml.Node, size)
 	p.def.byID = make(map[string]*Node, size)
 	if m.Kind != yaml.MappingNode || len(m.Content) == 0 {
-		p.errAt(p.top("nodes"), "nodes must be a mapping of node ids to nodes")
+		p.problems.At(p.top("nodes"), "nodes must be a mapping of node ids to nodes")
 		return
 	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		key, val := m.Content[i], m.Content[i+1]
+	for key, val := range yamlnode.Pairs(m) {
 		id := key.Value
 		if _, dup := p.keyNodes[id]; dup {
-			p.errAt(key, "node %s is defined twice", id)
+			p.problems.At(key, "node %s is defined twice", id)
 			continue
 		}
 		p.keyNodes[id], p.valueNodes[id] = key, val
 		if !nodeIDPattern.MatchString(id) {
-			p.errAt(key, "node id %q must match %s", id, nodeIDPattern)
+			p.problems.At(key, "node id %q must match %s", id, nodeIDPattern)
 		}
 		var rn rawNode
 		if err := val.Decode(&rn); err != nil {
-			p.errAt(key, "node %s: %v", id, err)
+			p.problems.At(key, "node %s: %v", id, err)
 			continue
 		}
 		n := &Node{ID: id, Type: rn.Type, Description: rn.Description, line: key.Line, column: key.Column}
@@ -326,16 +288,13 @@ func (p *parser) nodes(raw *rawDef) {
 	}
 }
 
+// unknownKeys reports the keys of a node's mapping that are not allowed.
 func (p *parser) unknownKeys(id string, m *yaml.Node, allowed []string) {
-	if m.Kind != yaml.MappingNode {
-		p.errAt(m, "node %s: must be a mapping", id)
+	if m == nil || m.Kind != yaml.MappingNode {
+		p.problems.At(m, "node %s: must be a mapping", id)
 		return
 	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if k := m.Content[i]; !contains(allowed, k.Value) {
-			p.errAt(k, "node %s: field %q is not allowed here (allowed: %s)", id, k.Value, strings.Join(allowed, ", "))
-		}
-	}
+	yamlnode.ReadFields(&p.problems, m, "node "+id, allowed...)
 }
 
 func (p *parser) next(id string, n *yaml.Node) []string {
@@ -348,14 +307,14 @@ func (p *parser) next(id string, n *yaml.Node) []string {
 		var out []string
 		for _, c := range n.Content {
 			if c.Kind != yaml.ScalarNode {
-				p.errAt(c, "node %s: next must list node ids", id)
+				p.problems.At(c, "node %s: next must list node ids", id)
 				continue
 			}
 			out = append(out, c.Value)
 		}
 		return out
 	}
-	p.errAt(n, "node %s: next must be a node id or a list of node ids", id)
+	p.problems.At(n, "node %s: next must be a node id or a list of node ids", id)
 	return nil
 }
 
@@ -510,18 +469,9 @@ func (p *parser) fanOut(id string, val *yaml.Node, n *Node, rn *rawNode) {
 		p.nodeErr(id, "type", "a fan_out needs task (what each child runs)")
 		return
 	}
-	taskNode := valueOfChild(val, "task")
+	taskNode := yamlnode.Value(val, "task") // nil when val is an alias
 	p.unknownKeys(id+".task", taskNode, allowedKeys["fan_out.task"])
 	n.Task = p.task(id, rn.Task)
-}
-
-func valueOfChild(m *yaml.Node, key string) *yaml.Node {
-	for i := 0; m != nil && i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return &yaml.Node{}
 }
 
 // graph checks the shape: one start, some end, edges that resolve, no
@@ -568,12 +518,12 @@ func (p *parser) graph() {
 		}
 	}
 	if len(starts) != 1 {
-		p.errAt(p.top("nodes"), "a workflow needs exactly one start node, found %d", len(starts))
+		p.problems.At(p.top("nodes"), "a workflow needs exactly one start node, found %d", len(starts))
 	}
 	if len(ends) == 0 {
-		p.errAt(p.top("nodes"), "a workflow needs at least one end node")
+		p.problems.At(p.top("nodes"), "a workflow needs at least one end node")
 	}
-	if len(p.errs) > 0 {
+	if p.problems.Len() > 0 {
 		return
 	}
 	// Kahn's algorithm: what is left over sits on a cycle.

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lucius-platform/lucius/core/internal/braces"
 )
 
 // Template is a parameter value: a literal (number, bool, null), a string that
@@ -17,6 +19,13 @@ import (
 //
 // Expressions: inputs.<name>, nodes.<id>.output, item, index, each optionally
 // followed by a path of .field and [n] segments.
+//
+// The {{ }} syntax is package braces', shared with runbook params; the
+// expressions and rendering are this language's own: a runbook variable is a
+// bare name rendering to text, and a missing one is an error, while a
+// workflow reference walks JSON values, keeps their type and renders missing
+// as null. A "}}" before a later "{{" reads as text here (braces.TrailingOnly),
+// as it always has; runbook templates refuse it.
 type Template struct {
 	literal any
 	text    []textPart // a string
@@ -58,8 +67,6 @@ type PathElem struct {
 	IsIdx bool
 }
 
-var refPattern = regexp.MustCompile(`\{\{\s*(.*?)\s*\}\}`)
-
 // ParseTemplate builds a template from a decoded YAML value.
 func ParseTemplate(v any) (*Template, error) {
 	switch x := v.(type) {
@@ -99,32 +106,19 @@ func ParseTemplate(v any) (*Template, error) {
 
 func parseString(s string) (*Template, error) {
 	t := &Template{kind: kindString}
-	rest := s
-	for {
-		open := strings.Index(rest, "{{")
-		if open < 0 {
-			if strings.Contains(rest, "}}") {
-				return nil, fmt.Errorf("%q: '}}' without '{{'", s)
-			}
-			if rest != "" {
-				t.text = append(t.text, textPart{lit: rest})
-			}
-			break
+	for piece, err := range braces.Pieces(s, braces.TrailingOnly) {
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", s, err)
 		}
-		end := strings.Index(rest[open:], "}}")
-		if end < 0 {
-			return nil, fmt.Errorf("%q: '{{' is not closed", s)
+		if !piece.IsRef {
+			t.text = append(t.text, textPart{lit: piece.Text})
+			continue
 		}
-		if open > 0 {
-			t.text = append(t.text, textPart{lit: rest[:open]})
-		}
-		expr := strings.TrimSpace(rest[open+2 : open+end])
-		ref, err := parseRef(expr)
+		ref, err := parseRef(piece.Text)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", s, err)
 		}
 		t.text = append(t.text, textPart{ref: ref})
-		rest = rest[open+end+2:]
 	}
 	if len(t.text) == 1 && t.text[0].ref != nil {
 		t.whole = t.text[0].ref

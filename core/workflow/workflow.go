@@ -7,6 +7,9 @@
 // Definitions are validated statically (Parse) before they can run; errors name
 // the node and the YAML line and column. Evaluate is a pure function from a
 // definition and the state of a job's nodes to the actions that move the job on.
+//
+// Parameter templates share their {{ }} syntax with runbook params (package
+// core/internal/braces reads both) but not their expressions: see Template.
 package workflow
 
 import (
