@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DeadLetterFilter selects dead letters.
@@ -97,122 +97,46 @@ func (t *Tx) Replays(ctx context.Context, jobID string) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// InsertRequest stores a request inside a transaction (a replay's). It
-// counts in the admission slots without a limit: an operator's replay is
-// not refused, but it is counted.
-func (t *Tx) InsertRequest(ctx context.Context, r Request) error {
-	_, created, err := t.insertRequest(ctx, r)
-	if err == nil && !created {
-		err = fmt.Errorf("request %s exists already", r.JobID)
+// InsertDeadLetter records something that could not be processed.
+func (t *Tx) InsertDeadLetter(ctx context.Context, d DeadLetter) error {
+	tag, err := execDeadLetter(ctx, t.tx, d)
+	if err == nil && tag.RowsAffected() == 1 {
+		t.countDeadLetter(ctx, d.Kind)
 	}
-	t.claim = &jobSlots{tenant: r.TenantID, lane: r.Routing.Mode}
 	return err
 }
 
-// insertRequest stores a request and returns when it was received; false
-// when a request with its key (RequestKey, else its job id) exists already.
-func (t *Tx) insertRequest(ctx context.Context, r Request) (time.Time, bool, error) {
-	var received time.Time
-	err := t.tx.QueryRow(ctx, sqlInsertRequest, r.JobID, r.TenantID, r.IdempotencyKey, r.RequestHash, r.RequestType,
-		r.WorkflowVersion, r.InputRef, r.OutputRef, r.DocID, r.CorrelationID, r.CallbackURL, []byte(r.Command),
-		r.Routing.Mode, r.Routing.Partition, r.Routing.RoutingKey, r.Routing.Topic, r.Routing.DecisionSource,
-		r.Routing.DecisionReason, r.ReplayOf, r.Notify, r.Principal, r.RequestKey).Scan(&received)
-	if isNoRows(err) {
-		return time.Time{}, false, nil
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("insert request %s: %w", r.JobID, err)
-	}
-	return received, true, nil
-}
-
-// OwnedJob is a job an orchestrator holds, at the epoch it holds it.
-type OwnedJob struct {
-	JobID string
-	Epoch int64
-}
-
-// Fenced is a job whose ownership moved on from what an owner held.
-type Fenced struct {
-	OwnedJob
-	Owner        string
-	CurrentEpoch int64
-}
-
-// HeartbeatOwned refreshes the owner's jobs at the epochs it holds. It returns
-// the jobs still held, and those fenced off (reclaimed by another owner or at a
-// higher epoch); jobs that ended are dropped silently.
-func (s *Store) HeartbeatOwned(ctx context.Context, owner string, held []OwnedJob) (kept []OwnedJob, fenced []Fenced, err error) {
-	if len(held) == 0 {
-		return nil, nil, nil
-	}
-	ids := make([]string, len(held))
-	epochs := make([]int64, len(held))
-	for i, h := range held {
-		ids[i], epochs[i] = h.JobID, h.Epoch
-	}
-	rows, err := s.pool.Query(ctx, sqlHeartbeatOwned, owner, ids, epochs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("heartbeat %s: %w", owner, err)
-	}
-	alive, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, nil, fmt.Errorf("heartbeat %s: %w", owner, err)
-	}
-	ok := map[string]bool{}
-	for _, id := range alive {
-		ok[id] = true
-	}
-	var missing []string
-	byID := map[string]OwnedJob{}
-	for _, h := range held {
-		if ok[h.JobID] {
-			kept = append(kept, h)
-		} else {
-			missing = append(missing, h.JobID)
-			byID[h.JobID] = h
-		}
-	}
-	if len(missing) == 0 {
-		return kept, nil, nil
-	}
-	rows, err = s.pool.Query(ctx, sqlOwnership, missing)
-	if err != nil {
-		return kept, nil, fmt.Errorf("ownership of %d jobs: %w", len(missing), err)
-	}
-	err = pgxForEach(rows, func(row pgx.CollectableRow) error {
-		var id, curOwner string
-		var epoch int64
-		var done bool
-		if err := row.Scan(&id, &curOwner, &epoch, &done); err != nil {
+// CollectDeadLetter records a bus dead letter, with a BUS_DEAD_LETTER event
+// on its job, once: it reports false for a message collected before.
+func (s *Store) CollectDeadLetter(ctx context.Context, d DeadLetter) (bool, error) {
+	var inserted bool
+	err := s.InTx(ctx, func(tx *Tx) error {
+		tag, err := execDeadLetter(ctx, tx.tx, d)
+		if err != nil {
 			return err
 		}
-		if !done {
-			fenced = append(fenced, Fenced{OwnedJob: byID[id], Owner: curOwner, CurrentEpoch: epoch})
+		inserted = tag.RowsAffected() == 1
+		if inserted {
+			tx.countDeadLetter(ctx, d.Kind)
+		}
+		if inserted && d.JobID != "" {
+			tx.Append(Event{JobID: d.JobID, StepID: d.StepID, AttemptNo: d.AttemptNo, Type: EventBusDeadLetter, Reason: d.Reason,
+				Data: map[string]any{"entity": d.Entity, "message_id": d.MessageID, "description": d.Description}})
 		}
 		return nil
 	})
-	return kept, fenced, err
+	return inserted, err
 }
 
-// OwnedJobs lists the live jobs an owner holds now (after a restart).
-func (s *Store) OwnedJobs(ctx context.Context, owner string) ([]OwnedJob, error) {
-	rows, err := s.pool.Query(ctx, sqlOwnedJobs, owner)
+func execDeadLetter(ctx context.Context, tx pgx.Tx, d DeadLetter) (pgconn.CommandTag, error) {
+	props, err := json.Marshal(nonNilMap(d.Properties))
 	if err != nil {
-		return nil, fmt.Errorf("jobs of %s: %w", owner, err)
+		return pgconn.CommandTag{}, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OwnedJob, error) {
-		var o OwnedJob
-		return o, row.Scan(&o.JobID, &o.Epoch)
-	})
-}
-
-func pgxForEach(rows pgx.Rows, fn func(pgx.CollectableRow) error) error {
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
+	tag, err := tx.Exec(ctx, sqlInsertDeadLetter, d.Kind, d.JobID, d.StepID, d.AttemptNo, d.Reason, d.Description,
+		d.Entity, d.MessageID, d.Body, props)
+	if err != nil {
+		return tag, fmt.Errorf("dead letter %s/%s: %w", d.JobID, d.StepID, err)
 	}
-	return rows.Err()
+	return tag, nil
 }

@@ -4,6 +4,14 @@
 // machine decisions belong to package engine, which runs them inside a ledger
 // transaction (Store.InTx) so every state change, its events and the outbox rows
 // it implies commit together.
+//
+// A file an aggregate: requests.go (accepting commands), jobs.go, steps.go,
+// attempts.go (and the directives they carry), events.go (the audit trail),
+// outbox.go, deadletters.go, ownership.go (which orchestrator runs a job,
+// reclaiming orphans), admission.go (concurrency slots), sweep.go (what the
+// sweepers look for), assets.go, breakers.go, definitions.go, workers.go,
+// retention.go. tx.go is the transaction itself, queries.go the SQL and
+// row scanners, types.go the domain types.
 package ledger
 
 import (

@@ -187,3 +187,38 @@ func (s *Store) OutboxBacklog(ctx context.Context) (int64, time.Duration, error)
 	}
 	return n, time.Duration(age * float64(time.Second)), nil
 }
+
+// StaleOutboxRow is an outbox message unsent for too long.
+type StaleOutboxRow struct {
+	ID                               int64
+	Kind, Destination, JobID, StepID string
+	AttemptNo, Attempts              int
+	LastError                        string
+}
+
+// StaleOutbox reports (once each) messages unsent for longer than age and
+// makes those that failed to publish available again at once.
+func (s *Store) StaleOutbox(ctx context.Context, age time.Duration, limit int) ([]StaleOutboxRow, error) {
+	rows, err := s.pool.Query(ctx, sqlStaleOutbox, limit, age.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("stale outbox: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (StaleOutboxRow, error) {
+		var r StaleOutboxRow
+		return r, row.Scan(&r.ID, &r.Kind, &r.Destination, &r.JobID, &r.StepID, &r.AttemptNo, &r.Attempts, &r.LastError)
+	})
+}
+
+// Enqueue records messages to publish, written when the transaction commits.
+func (t *Tx) Enqueue(msgs ...OutboxMessage) { t.outbox = append(t.outbox, msgs...) }
+
+// InOutbox returns the message ids among ids that the outbox holds already
+// (sent or not): a producer that decides a message twice leaves it out
+// instead of failing its commit on the unique message id.
+func (t *Tx) InOutbox(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := t.tx.Query(ctx, sqlOutboxIDs, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox ids: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
