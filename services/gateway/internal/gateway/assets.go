@@ -61,10 +61,7 @@ func (s *assetService) ListAssetRevisions(ctx context.Context, req *luciusv1.Lis
 		return nil, s.error(ctx, err, id)
 	}
 	resp := &luciusv1.ListAssetRevisionsResponse{}
-	if len(revs) > size {
-		revs = revs[:size]
-		resp.NextPageToken = encodeIDToken(int64(revs[size-1].Revision))
-	}
+	revs, resp.NextPageToken = cutPage(revs, size, func(last ledger.AssetRevision) string { return encodeIDToken(int64(last.Revision)) })
 	for _, r := range revs {
 		resp.Revisions = append(resp.Revisions, &luciusv1.AssetRevision{Revision: int32(r.Revision), JobId: r.JobID,
 			Status: jobStatusToProto(r.Status), ContentHash: r.ContentHash, Current: r.Current,

@@ -27,21 +27,16 @@ const transitionsShown = 20
 // ListCircuitBreakers pages by service name; the page token is the last one listed.
 func (s *circuitBreakerService) ListCircuitBreakers(ctx context.Context, req *luciusv1.ListCircuitBreakersRequest) (*luciusv1.ListCircuitBreakersResponse, error) {
 	size := pageSize(req, 100)
-	var after string
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, invalidPageToken()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	list, err := s.store.Breakers(ctx, after, size+1)
 	if err != nil {
 		return nil, ledgerError(ctx, s.log, "circuit breakers", err)
 	}
 	resp := &luciusv1.ListCircuitBreakersResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = encodeToken(list[size-1].Service)
-	}
+	list, resp.NextPageToken = cutPage(list, size, func(last ledger.Breaker) string { return encodeToken(last.Service) })
 	for _, b := range list {
 		resp.CircuitBreakers = append(resp.CircuitBreakers, breakerToProto(b))
 	}

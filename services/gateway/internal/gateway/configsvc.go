@@ -58,21 +58,16 @@ func (s *configService) GetTenantConfig(ctx context.Context, req *luciusv1.GetTe
 
 func (s *configService) ListTenantConfigs(ctx context.Context, req *luciusv1.ListTenantConfigsRequest) (*luciusv1.ListTenantConfigsResponse, error) {
 	size := pageSize(req, 100)
-	var after string
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, invalidPageToken()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	list, err := s.watcher.Store().ListTenants(ctx, after, size+1)
 	if err != nil {
 		return nil, s.error(ctx, err, "")
 	}
 	resp := &luciusv1.ListTenantConfigsResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = encodeToken(list[size-1].TenantID)
-	}
+	list, resp.NextPageToken = cutPage(list, size, func(last config.Tenant) string { return encodeToken(last.TenantID) })
 	for _, t := range list {
 		resp.Configs = append(resp.Configs, tenantToProto(t))
 	}

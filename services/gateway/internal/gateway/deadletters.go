@@ -45,10 +45,7 @@ func (s *deadLetterService) ListDeadLetters(ctx context.Context, req *luciusv1.L
 		return nil, s.error(ctx, err)
 	}
 	resp := &luciusv1.ListDeadLettersResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = encodeIDToken(list[size-1].ID)
-	}
+	list, resp.NextPageToken = cutPage(list, size, func(last ledger.DeadLetter) string { return encodeIDToken(last.ID) })
 	for _, d := range list {
 		resp.DeadLetters = append(resp.DeadLetters, deadLetterToProto(d))
 	}

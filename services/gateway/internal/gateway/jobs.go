@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -59,12 +56,11 @@ func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest
 	for _, st := range req.GetStatuses() {
 		filter.Statuses = append(filter.Statuses, jobStatusFromProto(st))
 	}
-	if tok := req.GetPageToken(); tok != "" {
-		var c jobCursor
-		if err := decodeToken(tok, &c); err != nil || c.JobID == "" {
-			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
-				Description: "is not a token this API returned"}).Err()
-		}
+	c, ok, err := decodeCursor(req.GetPageToken(), func(c jobCursor) bool { return c.JobID != "" })
+	if err != nil {
+		return nil, err
+	}
+	if ok {
 		filter.AfterTime, filter.AfterJobID = c.Time, c.JobID
 	}
 	jobs, err := s.store.ListJobs(ctx, filter)
@@ -72,11 +68,9 @@ func (s *jobService) ListJobs(ctx context.Context, req *luciusv1.ListJobsRequest
 		return nil, s.storeError(ctx, err, "")
 	}
 	resp := &luciusv1.ListJobsResponse{}
-	if len(jobs) > size {
-		last := jobs[size-1]
-		resp.NextPageToken = encodeToken(jobCursor{Time: last.CreatedAt, JobID: last.JobID})
-		jobs = jobs[:size]
-	}
+	jobs, resp.NextPageToken = cutPage(jobs, size, func(last *ledger.Job) string {
+		return encodeToken(jobCursor{Time: last.CreatedAt, JobID: last.JobID})
+	})
 	for _, j := range jobs {
 		resp.Jobs = append(resp.Jobs, jobToProto(j))
 	}
@@ -101,11 +95,11 @@ func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStep
 	if req.GetView() != luciusv1.StepView_STEP_VIEW_FULL {
 		filter.Kinds = []string{ledger.KindTask, ledger.KindChild}
 	}
-	if tok := req.GetPageToken(); tok != "" {
-		var c stepCursor
-		if err := decodeToken(tok, &c); err != nil || c.StepID == "" {
-			return nil, invalidPageToken()
-		}
+	c, ok, err := decodeCursor(req.GetPageToken(), func(c stepCursor) bool { return c.StepID != "" })
+	if err != nil {
+		return nil, err
+	}
+	if ok {
 		filter.AfterIndex, filter.AfterChild, filter.AfterStepID = c.Index, c.Child, c.StepID
 	}
 	steps, err := s.store.ListSteps(ctx, req.GetJobId(), filter)
@@ -113,11 +107,9 @@ func (s *jobService) ListJobSteps(ctx context.Context, req *luciusv1.ListJobStep
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
 	resp := &luciusv1.ListJobStepsResponse{}
-	if len(steps) > size {
-		steps = steps[:size]
-		last := steps[size-1]
-		resp.NextPageToken = encodeToken(stepCursor{Index: last.Index, Child: last.ChildNo, StepID: last.StepID})
-	}
+	steps, resp.NextPageToken = cutPage(steps, size, func(last ledger.StepWithAttempts) string {
+		return encodeToken(stepCursor{Index: last.Index, Child: last.ChildNo, StepID: last.StepID})
+	})
 	// Lease ids bind callbacks: only operators see them.
 	operator := auth.FromContext(ctx).Operator()
 	for _, st := range steps {
@@ -147,10 +139,7 @@ func (s *jobService) ListJobEvents(ctx context.Context, req *luciusv1.ListJobEve
 		return nil, s.storeError(ctx, err, req.GetJobId())
 	}
 	resp := &luciusv1.ListJobEventsResponse{}
-	if len(events) > size {
-		events = events[:size]
-		resp.NextPageToken = encodeIDToken(events[size-1].ID)
-	}
+	events, resp.NextPageToken = cutPage(events, size, func(last ledger.Event) string { return encodeIDToken(last.ID) })
 	for _, e := range events {
 		resp.Events = append(resp.Events, eventToProto(e))
 	}
@@ -192,42 +181,4 @@ func (s *jobService) storeError(ctx context.Context, err error, jobID string) er
 	return apiError(ctx, s.log, "ledger", "ledger", err,
 		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, msg: "job " + jobID + " not found", metadata: []string{"job_id", jobID}},
 		telemetry.JobID(jobID))
-}
-
-func invalidPageToken() error {
-	return server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
-		Description: "is not a token this API returned"}).Err()
-}
-
-func encodeToken(v any) string {
-	b, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeToken(tok string, v any) error {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-// encodeIDToken is the page token of lists ordered by a numeric id.
-func encodeIDToken(id int64) string { return encodeToken(strconv.FormatInt(id, 10)) }
-
-// decodeIDToken reads an encodeIDToken token, 0 when there is none; an id
-// below minID is not one this API returned.
-func decodeIDToken(tok string, minID int64) (int64, error) {
-	if tok == "" {
-		return 0, nil
-	}
-	var raw string
-	if err := decodeToken(tok, &raw); err != nil {
-		return 0, invalidPageToken()
-	}
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id < minID {
-		return 0, invalidPageToken()
-	}
-	return id, nil
 }

@@ -48,11 +48,9 @@ func (s *configService) ResumeWork(ctx context.Context, req *luciusv1.ResumeWork
 // ListPauses pages the pauses in force by scope and key.
 func (s *configService) ListPauses(ctx context.Context, req *luciusv1.ListPausesRequest) (*luciusv1.ListPausesResponse, error) {
 	size := pageSize(req, 100)
-	var after string
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, invalidPageToken()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	snap, err := s.watcher.Store().Load(ctx)
 	if err != nil {

@@ -221,12 +221,9 @@ type runbookCursor struct {
 // versions are few: the store lists them all and the page is cut here.
 func (s *runbookService) ListRunbooks(ctx context.Context, req *luciusv1.ListRunbooksRequest) (*luciusv1.ListRunbooksResponse, error) {
 	size := pageSize(req, 100)
-	var after *runbookCursor
-	if tok := req.GetPageToken(); tok != "" {
-		after = &runbookCursor{}
-		if err := decodeToken(tok, after); err != nil || after.Name == "" || after.Version < 1 {
-			return nil, invalidPageToken()
-		}
+	after, paged, err := decodeCursor(req.GetPageToken(), func(c runbookCursor) bool { return c.Name != "" && c.Version >= 1 })
+	if err != nil {
+		return nil, err
 	}
 	all, err := s.store.List(ctx)
 	if err != nil {
@@ -235,7 +232,7 @@ func (s *runbookService) ListRunbooks(ctx context.Context, req *luciusv1.ListRun
 	resp := &luciusv1.ListRunbooksResponse{}
 	for _, sr := range all {
 		rb := sr.Runbook
-		if after != nil && (rb.Name < after.Name || rb.Name == after.Name && rb.Version >= after.Version) {
+		if paged && (rb.Name < after.Name || rb.Name == after.Name && rb.Version >= after.Version) {
 			continue
 		}
 		if len(resp.Runbooks) == size {
@@ -366,10 +363,7 @@ func (s *runbookService) ListBatches(ctx context.Context, req *luciusv1.ListBatc
 		return nil, s.error(ctx, err, runbookNotFound(req.GetRunbookName(), 0))
 	}
 	resp := &luciusv1.ListBatchesResponse{}
-	if len(batches) > size {
-		batches = batches[:size]
-		resp.NextPageToken = encodeIDToken(batches[size-1].ID)
-	}
+	batches, resp.NextPageToken = cutPage(batches, size, func(last runbook.BatchView) string { return encodeIDToken(last.ID) })
 	for i := range batches {
 		resp.Batches = append(resp.Batches, batchToProto(&batches[i]))
 	}
@@ -389,12 +383,9 @@ func (s *runbookService) GetBatch(ctx context.Context, req *luciusv1.GetBatchReq
 // ListBatchMembers lists a batch's members with their step executions.
 func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.ListBatchMembersRequest) (*luciusv1.ListBatchMembersResponse, error) {
 	size := pageSize(req, 100)
-	var after string
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, server.InvalidArgument(server.Violation{Field: "page_token", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_PAGE_TOKEN,
-				Description: "is not a token this API returned"}).Err()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	members, err := s.store.BatchMembers(ctx, req.GetBatchId(), after, size+1)
 	if err != nil {
@@ -402,10 +393,7 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
 	}
 	resp := &luciusv1.ListBatchMembersResponse{}
-	if len(members) > size {
-		members = members[:size]
-		resp.NextPageToken = encodeToken(members[size-1].Key)
-	}
+	members, resp.NextPageToken = cutPage(members, size, func(last runbook.MemberView) string { return encodeToken(last.Key) })
 	for _, m := range members {
 		status := luciusv1.BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE
 		if m.Status == "removed" {

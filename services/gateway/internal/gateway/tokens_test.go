@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,6 +60,91 @@ func FuzzIDToken(f *testing.F) {
 		if id >= 0 {
 			if back, err := decodeIDToken(encodeIDToken(id), 0); err != nil || back != id {
 				t.Fatalf("round trip of %d: %d, %v", id, back, err)
+			}
+		}
+	})
+}
+
+func TestCutPage(t *testing.T) {
+	key := func(s string) string { return encodeToken(s) }
+	tests := []struct {
+		name      string
+		list      []string
+		size      int
+		want      []string
+		wantToken string
+	}{
+		{"empty", nil, 2, nil, ""},
+		{"a short last page", []string{"a"}, 2, []string{"a"}, ""},
+		{"exactly a page is the last", []string{"a", "b"}, 2, []string{"a", "b"}, ""},
+		{"one more row means another page", []string{"a", "b", "c"}, 2, []string{"a", "b"}, key("b")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, token := cutPage(tc.list, tc.size, key)
+			if !slices.Equal(got, tc.want) || token != tc.wantToken {
+				t.Fatalf("cutPage = %v, %q; want %v, %q", got, token, tc.want, tc.wantToken)
+			}
+		})
+	}
+}
+
+func TestPageTokensRoundTripAndRefuseForeignOnes(t *testing.T) {
+	after, err := decodeKeyToken(encodeToken("contoso"))
+	if err != nil || after != "contoso" {
+		t.Fatalf("key token: %q, %v", after, err)
+	}
+	if after, err := decodeKeyToken(""); err != nil || after != "" {
+		t.Fatalf("first page: %q, %v", after, err)
+	}
+	type cursor struct{ Name string }
+	valid := func(c cursor) bool { return c.Name != "" }
+	c, ok, err := decodeCursor(encodeToken(cursor{Name: "x"}), valid)
+	if err != nil || !ok || c.Name != "x" {
+		t.Fatalf("cursor token: %+v, %v, %v", c, ok, err)
+	}
+	if _, ok, err := decodeCursor("", valid); ok || err != nil {
+		t.Fatalf("first page: %v, %v", ok, err)
+	}
+	id, err := decodeIDToken(encodeIDToken(42), 1)
+	if err != nil || id != 42 {
+		t.Fatalf("id token: %d, %v", id, err)
+	}
+	for name, decode := range map[string]func(string) error{
+		"key":    func(tok string) error { _, err := decodeKeyToken(tok); return err },
+		"cursor": func(tok string) error { _, _, err := decodeCursor(tok, valid); return err },
+		"id":     func(tok string) error { _, err := decodeIDToken(tok, 1); return err },
+	} {
+		for _, tok := range []string{"not base64!", encodeToken(""), encodeToken(cursor{}), encodeToken(map[string]int{"a": 1}), encodeIDToken(0)} {
+			if name == "key" && tok == encodeIDToken(0) {
+				continue // "0" is a valid key
+			}
+			err := decode(tok)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s token %q: %v, want INVALID_ARGUMENT", name, tok, err)
+			}
+		}
+	}
+}
+
+func FuzzKeyToken(f *testing.F) {
+	f.Add("")
+	f.Add(encodeToken("contoso"))
+	f.Add(encodeToken(""))
+	f.Add("bm90IGpzb24")
+	f.Fuzz(func(t *testing.T, token string) {
+		key, err := decodeKeyToken(token)
+		switch {
+		case err != nil && status.Code(err) != codes.InvalidArgument:
+			t.Fatalf("decodeKeyToken(%q): %v", token, err)
+		case err == nil && token != "" && key == "":
+			t.Fatalf("decodeKeyToken(%q) accepted an empty key", token)
+		}
+		// Keys are the store's text (tenant ids, names): valid UTF-8, which
+		// JSON carries unchanged.
+		if token != "" && utf8.ValidString(token) {
+			if back, err := decodeKeyToken(encodeToken(token)); err != nil || back != token {
+				t.Fatalf("round trip of %q: %q, %v", token, back, err)
 			}
 		}
 	})

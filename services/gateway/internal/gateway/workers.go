@@ -63,11 +63,11 @@ func (s *workerService) RegisterWorker(ctx context.Context, req *luciusv1.Regist
 func (s *workerService) ListWorkers(ctx context.Context, req *luciusv1.ListWorkersRequest) (*luciusv1.ListWorkersResponse, error) {
 	size := pageSize(req, 100)
 	filter := ledger.WorkerFilter{Service: req.GetService(), Services: size + 1, Since: workersShownFor}
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &filter.After); err != nil || filter.After == "" {
-			return nil, invalidPageToken()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
+	filter.After = after
 	instances, err := s.store.WorkerInstances(ctx, filter)
 	if err != nil {
 		return nil, ledgerError(ctx, s.log, "list workers", err)
@@ -94,10 +94,7 @@ func (s *workerService) ListWorkers(ctx context.Context, req *luciusv1.ListWorke
 	}
 	resp := &luciusv1.ListWorkersResponse{}
 	services := slices.Sorted(maps.Keys(byService))
-	if len(services) > size {
-		services = services[:size]
-		resp.NextPageToken = encodeToken(services[size-1])
-	}
+	services, resp.NextPageToken = cutPage(services, size, func(last string) string { return encodeToken(last) })
 	for _, svc := range services {
 		resp.Workers = append(resp.Workers, byService[svc])
 	}

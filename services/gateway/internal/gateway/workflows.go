@@ -79,21 +79,16 @@ func (s *workflowService) GetWorkflow(ctx context.Context, req *luciusv1.GetWork
 // ListWorkflows lists the latest version of each workflow, by id.
 func (s *workflowService) ListWorkflows(ctx context.Context, req *luciusv1.ListWorkflowsRequest) (*luciusv1.ListWorkflowsResponse, error) {
 	size := pageSize(req, 100)
-	var after string
-	if tok := req.GetPageToken(); tok != "" {
-		if err := decodeToken(tok, &after); err != nil || after == "" {
-			return nil, invalidPageToken()
-		}
+	after, err := decodeKeyToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	stored, err := s.reg.Store().ListDefinitions(ctx, after, size+1)
 	if err != nil {
 		return nil, s.unavailable(ctx, err)
 	}
 	resp := &luciusv1.ListWorkflowsResponse{}
-	if len(stored) > size {
-		stored = stored[:size]
-		resp.NextPageToken = encodeToken(stored[size-1].WorkflowID)
-	}
+	stored, resp.NextPageToken = cutPage(stored, size, func(last *ledger.StoredDefinition) string { return encodeToken(last.WorkflowID) })
 	for _, st := range stored {
 		def, err := s.reg.Get(ctx, st.WorkflowID, st.Version)
 		if err != nil {
