@@ -29,9 +29,12 @@ const (
 type ResultStatus int32
 
 const (
+	// Not set; refused (status is required).
 	ResultStatus_RESULT_STATUS_UNSPECIFIED ResultStatus = 0
-	ResultStatus_RESULT_STATUS_SUCCEEDED   ResultStatus = 1
-	ResultStatus_RESULT_STATUS_FAILED      ResultStatus = 2
+	// The attempt did its work; its output and artifacts are kept on the step.
+	ResultStatus_RESULT_STATUS_SUCCEEDED ResultStatus = 1
+	// The attempt failed; failure_class decides whether the step is retried.
+	ResultStatus_RESULT_STATUS_FAILED ResultStatus = 2
 	// The work goes on elsewhere (e.g. a mailbox move): the step waits in
 	// POLLING with its attempt closed (no lease runs) until Lucius checks again
 	// (for runbooks, the scheduler's poll-check), which dispatches the next
@@ -86,6 +89,7 @@ func (ResultStatus) EnumDescriptor() ([]byte, []int) {
 type FailureClass int32
 
 const (
+	// Not set; allowed unless status is FAILED.
 	FailureClass_FAILURE_CLASS_UNSPECIFIED FailureClass = 0
 	// Worth another attempt after backoff.
 	FailureClass_FAILURE_CLASS_RETRYABLE FailureClass = 1
@@ -138,6 +142,7 @@ func (FailureClass) EnumDescriptor() ([]byte, []int) {
 type CallbackOutcome int32
 
 const (
+	// Not set; never returned.
 	CallbackOutcome_CALLBACK_OUTCOME_UNSPECIFIED CallbackOutcome = 0
 	// The callback changed the step's state.
 	CallbackOutcome_CALLBACK_OUTCOME_APPLIED CallbackOutcome = 1
@@ -200,11 +205,15 @@ func (CallbackOutcome) EnumDescriptor() ([]byte, []int) {
 
 // AckRequest acknowledges pickup of one attempt.
 type AckRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directive's job_id: the job, 64 lowercase hex characters.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The directive's step_id: a workflow node, or "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The directive's attempt_no: which attempt of the step, from 1.
+	AttemptNo int32 `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The directive's lease_id: the UUID of this attempt's lease.
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// When the worker picked the directive up.
 	AckTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
 	// Worker instance, for the audit trail.
@@ -310,8 +319,10 @@ func (x *AckRequest) GetCorrelationId() string {
 
 // AckResponse reports what the Ack did.
 type AckResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Outcome CallbackOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the orchestrator did with the Ack; a stale outcome (STALE_ATTEMPT,
+	// LEASE_MISMATCH, AFTER_TERMINAL) tells the worker to stop.
+	Outcome CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
 	// The step's status after the call.
 	StepStatus    StepStatus `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -364,22 +375,32 @@ func (x *AckResponse) GetStepStatus() StepStatus {
 
 // ResultRequest reports how one attempt ended.
 type ResultRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	JobId        string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId       string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo    int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId      string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Status       ResultStatus           `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.ResultStatus" json:"status,omitempty"`
-	FailureClass FailureClass           `protobuf:"varint,6,opt,name=failure_class,json=failureClass,proto3,enum=lucius.v1.FailureClass" json:"failure_class,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directive's job_id: the job, 64 lowercase hex characters.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The directive's step_id: a workflow node, or "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The directive's attempt_no: which attempt of the step, from 1.
+	AttemptNo int32 `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The directive's lease_id: the UUID of this attempt's lease.
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// How the attempt ended.
+	Status ResultStatus `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.ResultStatus" json:"status,omitempty"`
+	// Required when status is FAILED: RETRYABLE takes the retry track,
+	// NON_RETRYABLE fails the step for good. Ignored otherwise.
+	FailureClass FailureClass `protobuf:"varint,6,opt,name=failure_class,json=failureClass,proto3,enum=lucius.v1.FailureClass" json:"failure_class,omitempty"`
 	// Human-readable reason for a failure.
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// What the attempt wrote.
 	Artifacts []*ArtifactRef `protobuf:"bytes,8,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// Small structured output, available to later steps.
-	Output     *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
-	StartTime  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	Output *structpb.Struct `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	// When the worker started the attempt's work.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When the worker finished the attempt's work.
 	FinishTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
-	WorkerId   string                 `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Worker instance, for the audit trail (the SDK's default: <hostname>-<pid>).
+	WorkerId string `protobuf:"bytes,12,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// The directive's callback_token: Lucius's signature over (job, step,
 	// attempt, lease, owner epoch, service), expiring with the lease. A callback
 	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
@@ -523,14 +544,19 @@ func (x *ResultRequest) GetCorrelationId() string {
 
 // HeartbeatRequest keeps one attempt's lease alive.
 type HeartbeatRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directive's job_id: the job, 64 lowercase hex characters.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The directive's step_id: a workflow node, or "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The directive's attempt_no: which attempt of the step, from 1.
+	AttemptNo int32 `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The directive's lease_id: the UUID of this attempt's lease.
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Optional progress, recorded on the attempt (e.g. {"percent": 40}).
 	Progress *structpb.Struct `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
-	WorkerId string           `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Worker instance, for the audit trail (the SDK's default: <hostname>-<pid>).
+	WorkerId string `protobuf:"bytes,6,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// The directive's callback_token: Lucius's signature over (job, step,
 	// attempt, lease, owner epoch, service), expiring with the lease. A callback
 	// without a valid token for this attempt is refused (PERMISSION_DENIED) and
@@ -634,21 +660,27 @@ func (x *HeartbeatRequest) GetCorrelationId() string {
 // live in the job's workspace under the step, not the attempt, so a later
 // attempt of the same step (or a redelivery of this one) resumes from them.
 type RecordCheckpointRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directive's job_id: the job, 64 lowercase hex characters.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The directive's step_id: a workflow node, or "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The directive's attempt_no: which attempt of the step, from 1.
+	AttemptNo int32 `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The directive's lease_id: the UUID of this attempt's lease.
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// The name the handler saved the checkpoint under (e.g. "progress").
 	CheckpointName string `protobuf:"bytes,5,opt,name=checkpoint_name,json=checkpointName,proto3" json:"checkpoint_name,omitempty"`
 	// Where the checkpoint is stored (file:// or az://).
-	Uri       string `protobuf:"bytes,6,opt,name=uri,proto3" json:"uri,omitempty"`
-	SizeBytes int64  `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Uri string `protobuf:"bytes,6,opt,name=uri,proto3" json:"uri,omitempty"`
+	// The checkpoint's size in bytes.
+	SizeBytes int64 `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Lowercase hex SHA-256 of the checkpoint's content.
 	Sha256 string `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// When the worker finished writing it.
 	SaveTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=save_time,json=saveTime,proto3" json:"save_time,omitempty"`
-	WorkerId string                 `protobuf:"bytes,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Worker instance, for the audit trail (the SDK's default: <hostname>-<pid>).
+	WorkerId string `protobuf:"bytes,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// The attempt's latest callback token (see HeartbeatRequest).
 	CallbackToken string `protobuf:"bytes,11,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	// The directive's correlation_id, echoed (see AckRequest).
@@ -778,8 +810,9 @@ type RecordCheckpointResponse struct {
 	// has this save's event (a retried call: same name, SHA-256 and save time);
 	// a stale outcome (STALE_ATTEMPT, LEASE_MISMATCH, AFTER_TERMINAL) when the
 	// attempt no longer owns the step.
-	Outcome       CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
-	StepStatus    StepStatus      `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	Outcome CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	// The step's status after the call.
+	StepStatus    StepStatus `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -830,11 +863,15 @@ func (x *RecordCheckpointResponse) GetStepStatus() StepStatus {
 
 // GetDirectiveRequest names the attempt whose detached directive a worker fetches.
 type GetDirectiveRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo int32                  `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directive's job_id: the job, 64 lowercase hex characters.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The directive's step_id: a workflow node, or "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The directive's attempt_no: which attempt of the step, from 1.
+	AttemptNo int32 `protobuf:"varint,3,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The directive's lease_id: the UUID of this attempt's lease.
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// The detached message's callback_token (see HeartbeatRequest).
 	CallbackToken string `protobuf:"bytes,5,opt,name=callback_token,json=callbackToken,proto3" json:"callback_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -908,8 +945,9 @@ func (x *GetDirectiveRequest) GetCallbackToken() string {
 
 // GetDirectiveResponse carries the whole directive (detached is false in it).
 type GetDirectiveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Directive     *Directive             `protobuf:"bytes,1,opt,name=directive,proto3" json:"directive,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt's whole directive, as it would have travelled on the bus.
+	Directive     *Directive `protobuf:"bytes,1,opt,name=directive,proto3" json:"directive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,9 +991,13 @@ func (x *GetDirectiveResponse) GetDirective() *Directive {
 
 // HeartbeatResponse says whether the lease was extended, and until when.
 type HeartbeatResponse struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Outcome         CallbackOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
-	StepStatus      StepStatus             `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the orchestrator did with the Heartbeat; anything but APPLIED means
+	// the lease was not extended: stop.
+	Outcome CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	// The step's status after the call.
+	StepStatus StepStatus `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	// When the extended lease expires; unset unless the outcome is APPLIED.
 	LeaseExpireTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expire_time,json=leaseExpireTime,proto3" json:"lease_expire_time,omitempty"`
 	// A fresh callback token that expires with the extended lease: use it for
 	// the attempt's later callbacks.
@@ -1024,10 +1066,14 @@ func (x *HeartbeatResponse) GetCallbackToken() string {
 
 // ResultResponse reports what the Result did.
 type ResultResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outcome       CallbackOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
-	StepStatus    StepStatus             `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
-	JobStatus     JobStatus              `protobuf:"varint,3,opt,name=job_status,json=jobStatus,proto3,enum=lucius.v1.JobStatus" json:"job_status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the orchestrator did with the Result: APPLIED, DUPLICATE (applied
+	// before) or a stale outcome (recorded, never applied).
+	Outcome CallbackOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=lucius.v1.CallbackOutcome" json:"outcome,omitempty"`
+	// The step's status after the call.
+	StepStatus StepStatus `protobuf:"varint,2,opt,name=step_status,json=stepStatus,proto3,enum=lucius.v1.StepStatus" json:"step_status,omitempty"`
+	// The job's status after the call.
+	JobStatus     JobStatus `protobuf:"varint,3,opt,name=job_status,json=jobStatus,proto3,enum=lucius.v1.JobStatus" json:"job_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -28,6 +28,7 @@ const (
 type PauseScope int32
 
 const (
+	// Not set; refused in requests.
 	PauseScope_PAUSE_SCOPE_UNSPECIFIED PauseScope = 0
 	// Every job.
 	PauseScope_PAUSE_SCOPE_GLOBAL PauseScope = 1
@@ -87,12 +88,18 @@ func (PauseScope) EnumDescriptor() ([]byte, []int) {
 // Pause is one pause in force.
 type Pause struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Scope PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	// What the pause stops.
+	Scope PauseScope `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
 	// The tenant, lane or workflow; empty for a global pause.
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
-	PausedBy      string                 `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Why it was paused, as the operator wrote it; may be empty.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Matching submits fail with 503 WORK_PAUSED while it lasts (otherwise they
+	// are accepted and wait).
+	RefuseSubmits bool `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	// Who paused it, or paused it again last (the token's issuer#subject).
+	PausedBy string `protobuf:"bytes,5,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	// When it was paused, or paused again last.
 	PauseTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pause_time,json=pauseTime,proto3" json:"pause_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -172,11 +179,16 @@ func (x *Pause) GetPauseTime() *timestamppb.Timestamp {
 
 // PauseWorkRequest names what to pause.
 type PauseWorkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scope         PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	RefuseSubmits bool                   `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to pause.
+	Scope PauseScope `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	// The tenant id, lane (DEFAULT or BURST) or workflow id; empty for GLOBAL.
+	// Trimmed; tenant ids are lowercased, lanes uppercased.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Why, for other operators (free text).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Also refuse matching submits (503 WORK_PAUSED) while the pause lasts.
+	RefuseSubmits bool `protobuf:"varint,4,opt,name=refuse_submits,json=refuseSubmits,proto3" json:"refuse_submits,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -254,8 +266,9 @@ func (x *PauseWorkRequest) GetRequestId() string {
 
 // PauseWorkResponse is the pause in force.
 type PauseWorkResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pause         *Pause                 `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pause as stored, new or replaced.
+	Pause         *Pause `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,8 +313,10 @@ func (x *PauseWorkResponse) GetPause() *Pause {
 // ResumeWorkRequest names the pause to lift.
 type ResumeWorkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Scope PauseScope             `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
-	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The scope of the pause to lift.
+	Scope PauseScope `protobuf:"varint,1,opt,name=scope,proto3,enum=lucius.v1.PauseScope" json:"scope,omitempty"`
+	// The key of the pause to lift, as in PauseWorkRequest.key; empty for GLOBAL.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -402,9 +417,11 @@ func (*ResumeWorkResponse) Descriptor() ([]byte, []int) {
 
 // ListPausesRequest pages the pauses by scope and key.
 type ListPausesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 100, maximum 500).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,9 +472,11 @@ func (x *ListPausesRequest) GetPageToken() string {
 
 // ListPausesResponse lists the pauses in force.
 type ListPausesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pauses        []*Pause               `protobuf:"bytes,1,rep,name=pauses,proto3" json:"pauses,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pauses on this page, by scope and key.
+	Pauses []*Pause `protobuf:"bytes,1,rep,name=pauses,proto3" json:"pauses,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,8 +529,9 @@ func (x *ListPausesResponse) GetNextPageToken() string {
 type GlobalConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mode when neither the request nor the tenant sets one (unset: DEFAULT).
-	DefaultMode Mode             `protobuf:"varint,1,opt,name=default_mode,json=defaultMode,proto3,enum=lucius.v1.Mode" json:"default_mode,omitempty"`
-	Limits      *AdmissionLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	DefaultMode Mode `protobuf:"varint,1,opt,name=default_mode,json=defaultMode,proto3,enum=lucius.v1.Mode" json:"default_mode,omitempty"`
+	// Concurrent job limits (unset: none).
+	Limits *AdmissionLimits `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
 	// Where input_ref and output_ref may point, for tenants without their own policy.
 	RefPolicy *RefPolicy `protobuf:"bytes,3,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
 	// How long a client told to back off should wait (Retry-After; unset: 1).
@@ -917,8 +937,9 @@ func (x *TenantConfig) GetRetentionDays() int32 {
 
 // RateLimit is a token bucket: rate tokens a second, up to burst at once.
 type RateLimit struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	RequestsPerSecond float64                `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens added to the bucket each second: the sustained rate.
+	RequestsPerSecond float64 `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
 	// Bucket size (unset: max(1, requests_per_second)).
 	Burst         int32 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -974,7 +995,8 @@ type KeyRateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The envelope field: doc_id, correlation_id, idempotency_key, request_type,
 	// or payload.<name> for a top-level payload value.
-	Field         string     `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// The rate allowed to each value of field, per tenant.
 	Rate          *RateLimit `protobuf:"bytes,2,opt,name=rate,proto3" json:"rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1028,12 +1050,15 @@ func (x *KeyRateLimit) GetRate() *RateLimit {
 type EffectiveConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mode a request without one gets, and which setting decided it.
-	Mode       Mode   `protobuf:"varint,1,opt,name=mode,proto3,enum=lucius.v1.Mode" json:"mode,omitempty"`
+	Mode Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=lucius.v1.Mode" json:"mode,omitempty"`
+	// Which setting decided mode: TENANT_CONFIG or GLOBAL_CONFIG.
 	ModeSource string `protobuf:"bytes,2,opt,name=mode_source,json=modeSource,proto3" json:"mode_source,omitempty"`
 	// The tenant's concurrent job limit (0: none).
-	MaxActiveJobs int32      `protobuf:"varint,3,opt,name=max_active_jobs,json=maxActiveJobs,proto3" json:"max_active_jobs,omitempty"`
-	AllowedModes  []Mode     `protobuf:"varint,4,rep,packed,name=allowed_modes,json=allowedModes,proto3,enum=lucius.v1.Mode" json:"allowed_modes,omitempty"`
-	RefPolicy     *RefPolicy `protobuf:"bytes,5,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
+	MaxActiveJobs int32 `protobuf:"varint,3,opt,name=max_active_jobs,json=maxActiveJobs,proto3" json:"max_active_jobs,omitempty"`
+	// Modes the tenant may use (empty: both).
+	AllowedModes []Mode `protobuf:"varint,4,rep,packed,name=allowed_modes,json=allowedModes,proto3,enum=lucius.v1.Mode" json:"allowed_modes,omitempty"`
+	// The tenant's ref policy, or the global one when it has none.
+	RefPolicy *RefPolicy `protobuf:"bytes,5,opt,name=ref_policy,json=refPolicy,proto3" json:"ref_policy,omitempty"`
 	// Days the tenant's finished jobs are kept (0: forever).
 	RetentionDays int32 `protobuf:"varint,6,opt,name=retention_days,json=retentionDays,proto3" json:"retention_days,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1151,8 +1176,9 @@ func (*GetGlobalConfigRequest) Descriptor() ([]byte, []int) {
 
 // GetGlobalConfigResponse carries the globals.
 type GetGlobalConfigResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The global defaults.
+	Config        *GlobalConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,8 +1222,9 @@ func (x *GetGlobalConfigResponse) GetConfig() *GlobalConfig {
 
 // UpdateGlobalConfigRequest carries the new globals.
 type UpdateGlobalConfigRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Config *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new global defaults: they replace the stored ones whole.
+	Config *GlobalConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -1254,8 +1281,9 @@ func (x *UpdateGlobalConfigRequest) GetRequestId() string {
 
 // UpdateGlobalConfigResponse carries what was stored.
 type UpdateGlobalConfigResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *GlobalConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The globals as stored, with their new revision.
+	Config        *GlobalConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,8 +1327,9 @@ func (x *UpdateGlobalConfigResponse) GetConfig() *GlobalConfig {
 
 // GetTenantConfigRequest names a tenant.
 type GetTenantConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant id; normalized (lower(trim())) before the lookup.
+	TenantId      string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1344,9 +1373,11 @@ func (x *GetTenantConfigRequest) GetTenantId() string {
 
 // GetTenantConfigResponse carries the tenant's overrides and what applies.
 type GetTenantConfigResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
-	Effective     *EffectiveConfig       `protobuf:"bytes,2,opt,name=effective,proto3" json:"effective,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's overrides.
+	Config *TenantConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// What applies to the tenant after inheritance.
+	Effective     *EffectiveConfig `protobuf:"bytes,2,opt,name=effective,proto3" json:"effective,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1397,9 +1428,11 @@ func (x *GetTenantConfigResponse) GetEffective() *EffectiveConfig {
 
 // ListTenantConfigsRequest pages through tenants with overrides.
 type ListTenantConfigsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 100, maximum 500).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1450,9 +1483,11 @@ func (x *ListTenantConfigsRequest) GetPageToken() string {
 
 // ListTenantConfigsResponse is one page.
 type ListTenantConfigsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Configs       []*TenantConfig        `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenants' overrides on this page, by tenant id.
+	Configs []*TenantConfig `protobuf:"bytes,1,rep,name=configs,proto3" json:"configs,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,8 +1538,10 @@ func (x *ListTenantConfigsResponse) GetNextPageToken() string {
 
 // UpdateTenantConfigRequest carries a tenant's new overrides.
 type UpdateTenantConfigRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Config *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's new overrides (config.tenant_id names the tenant): they
+	// replace the stored ones whole.
+	Config *TenantConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -1561,8 +1598,9 @@ func (x *UpdateTenantConfigRequest) GetRequestId() string {
 
 // UpdateTenantConfigResponse carries what was stored.
 type UpdateTenantConfigResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Config        *TenantConfig          `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The overrides as stored, with their new revision.
+	Config        *TenantConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1606,8 +1644,9 @@ func (x *UpdateTenantConfigResponse) GetConfig() *TenantConfig {
 
 // DeleteTenantConfigRequest names a tenant.
 type DeleteTenantConfigRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant id; normalized (lower(trim())) before the lookup.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,

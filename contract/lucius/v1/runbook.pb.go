@@ -29,6 +29,7 @@ const (
 type OverdueBehavior int32
 
 const (
+	// Not set; never returned (a version without one gets RERUN).
 	OverdueBehavior_OVERDUE_BEHAVIOR_UNSPECIFIED OverdueBehavior = 0
 	// Run the overdue phases again under the new version (the default).
 	OverdueBehavior_OVERDUE_BEHAVIOR_RERUN OverdueBehavior = 1
@@ -81,12 +82,18 @@ func (OverdueBehavior) EnumDescriptor() ([]byte, []int) {
 type BatchStatus int32
 
 const (
-	BatchStatus_BATCH_STATUS_UNSPECIFIED     BatchStatus = 0
-	BatchStatus_BATCH_STATUS_DETECTED        BatchStatus = 1
+	// Unknown: a status this contract does not name.
+	BatchStatus_BATCH_STATUS_UNSPECIFIED BatchStatus = 0
+	// Detected by the scheduler; nothing dispatched yet.
+	BatchStatus_BATCH_STATUS_DETECTED BatchStatus = 1
+	// Its init steps are dispatched; phases wait until they succeed.
 	BatchStatus_BATCH_STATUS_INIT_DISPATCHED BatchStatus = 2
-	BatchStatus_BATCH_STATUS_ACTIVE          BatchStatus = 3
-	BatchStatus_BATCH_STATUS_COMPLETED       BatchStatus = 4
-	BatchStatus_BATCH_STATUS_FAILED          BatchStatus = 5
+	// Its phases run as they fall due.
+	BatchStatus_BATCH_STATUS_ACTIVE BatchStatus = 3
+	// Every phase of the governing version has ended, none failed.
+	BatchStatus_BATCH_STATUS_COMPLETED BatchStatus = 4
+	// An init step did not succeed, or a phase failed.
+	BatchStatus_BATCH_STATUS_FAILED BatchStatus = 5
 )
 
 // Enum value maps for BatchStatus.
@@ -140,12 +147,19 @@ func (BatchStatus) EnumDescriptor() ([]byte, []int) {
 type PhaseExecutionStatus int32
 
 const (
+	// Unknown: a status this contract does not name.
 	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_UNSPECIFIED PhaseExecutionStatus = 0
-	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_PENDING     PhaseExecutionStatus = 1
-	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_DISPATCHED  PhaseExecutionStatus = 2
-	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_COMPLETED   PhaseExecutionStatus = 3
-	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_FAILED      PhaseExecutionStatus = 4
-	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_SKIPPED     PhaseExecutionStatus = 5
+	// Not yet due.
+	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_PENDING PhaseExecutionStatus = 1
+	// Due and dispatched: its step executions run.
+	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_DISPATCHED PhaseExecutionStatus = 2
+	// Every step execution of the phase ended and none failed.
+	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_COMPLETED PhaseExecutionStatus = 3
+	// A step execution of the phase failed, timed out polling or was rolled back.
+	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_FAILED PhaseExecutionStatus = 4
+	// Not run: another runbook version took the batch over, or the phase was
+	// already due when a version with overdue_behavior IGNORE took over.
+	PhaseExecutionStatus_PHASE_EXECUTION_STATUS_SKIPPED PhaseExecutionStatus = 5
 )
 
 // Enum value maps for PhaseExecutionStatus.
@@ -199,15 +213,25 @@ func (PhaseExecutionStatus) EnumDescriptor() ([]byte, []int) {
 type StepExecutionStatus int32
 
 const (
-	StepExecutionStatus_STEP_EXECUTION_STATUS_UNSPECIFIED  StepExecutionStatus = 0
-	StepExecutionStatus_STEP_EXECUTION_STATUS_PENDING      StepExecutionStatus = 1
-	StepExecutionStatus_STEP_EXECUTION_STATUS_DISPATCHED   StepExecutionStatus = 2
-	StepExecutionStatus_STEP_EXECUTION_STATUS_SUCCEEDED    StepExecutionStatus = 3
-	StepExecutionStatus_STEP_EXECUTION_STATUS_FAILED       StepExecutionStatus = 4
-	StepExecutionStatus_STEP_EXECUTION_STATUS_POLLING      StepExecutionStatus = 5
+	// Unknown: a status this contract does not name.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_UNSPECIFIED StepExecutionStatus = 0
+	// Created, not yet sent to the worker.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_PENDING StepExecutionStatus = 1
+	// Sent to the worker; its result is awaited.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_DISPATCHED StepExecutionStatus = 2
+	// The worker completed the step.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_SUCCEEDED StepExecutionStatus = 3
+	// The worker reported an error (a rollback may follow).
+	StepExecutionStatus_STEP_EXECUTION_STATUS_FAILED StepExecutionStatus = 4
+	// The worker answered "still in progress"; the step is polled again.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_POLLING StepExecutionStatus = 5
+	// Polling outlasted poll_timeout_sec; handled as a failure.
 	StepExecutionStatus_STEP_EXECUTION_STATUS_POLL_TIMEOUT StepExecutionStatus = 6
-	StepExecutionStatus_STEP_EXECUTION_STATUS_ROLLED_BACK  StepExecutionStatus = 7
-	StepExecutionStatus_STEP_EXECUTION_STATUS_CANCELLED    StepExecutionStatus = 8
+	// The step failed and its rollback ran.
+	StepExecutionStatus_STEP_EXECUTION_STATUS_ROLLED_BACK StepExecutionStatus = 7
+	// Stopped before it ended (the member left the batch, or an earlier init
+	// step did not succeed).
+	StepExecutionStatus_STEP_EXECUTION_STATUS_CANCELLED StepExecutionStatus = 8
 )
 
 // Enum value maps for StepExecutionStatus.
@@ -267,8 +291,10 @@ func (StepExecutionStatus) EnumDescriptor() ([]byte, []int) {
 type BatchMemberStatus int32
 
 const (
+	// Not set; never returned.
 	BatchMemberStatus_BATCH_MEMBER_STATUS_UNSPECIFIED BatchMemberStatus = 0
-	BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE      BatchMemberStatus = 1
+	// Belongs to the batch.
+	BatchMemberStatus_BATCH_MEMBER_STATUS_ACTIVE BatchMemberStatus = 1
 	// The member left the batch (its removal steps ran or run).
 	BatchMemberStatus_BATCH_MEMBER_STATUS_REMOVED BatchMemberStatus = 2
 )
@@ -316,10 +342,13 @@ func (BatchMemberStatus) EnumDescriptor() ([]byte, []int) {
 
 // Runbook is a stored runbook version.
 type Runbook struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version     int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Description string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runbook's name (the YAML's name): lowercase letters, digits and hyphens.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The version number (the YAML's version), from 1.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Free text from the YAML's description; empty if it has none.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	// The YAML, as applied.
 	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	// Hex SHA-256 of source.
@@ -329,23 +358,29 @@ type Runbook struct {
 	// The version's member table, runbook_{name}_v{version}.
 	DataTable string `protobuf:"bytes,7,opt,name=data_table,json=dataTable,proto3" json:"data_table,omitempty"`
 	// This version governs the runbook's batches (one active version per name).
-	Active          bool            `protobuf:"varint,8,opt,name=active,proto3" json:"active,omitempty"`
+	Active bool `protobuf:"varint,8,opt,name=active,proto3" json:"active,omitempty"`
+	// What the version does with phases already run for live batches when it
+	// takes over (the YAML's overdue_behavior; RERUN unless it says ignore).
 	OverdueBehavior OverdueBehavior `protobuf:"varint,9,opt,name=overdue_behavior,json=overdueBehavior,proto3,enum=lucius.v1.OverdueBehavior" json:"overdue_behavior,omitempty"`
 	// Init steps run again for live batches when this version takes over.
 	RerunInit bool `protobuf:"varint,10,opt,name=rerun_init,json=rerunInit,proto3" json:"rerun_init,omitempty"`
 	// The ignore overdue behaviour was applied to live batches.
 	IgnoreOverdueApplied bool `protobuf:"varint,11,opt,name=ignore_overdue_applied,json=ignoreOverdueApplied,proto3" json:"ignore_overdue_applied,omitempty"`
 	// The steps, summarized (params are in source).
-	Init            []*RunbookStep         `protobuf:"bytes,12,rep,name=init,proto3" json:"init,omitempty"`
-	Phases          []*RunbookPhase        `protobuf:"bytes,13,rep,name=phases,proto3" json:"phases,omitempty"`
-	Rollbacks       []*RunbookRollback     `protobuf:"bytes,14,rep,name=rollbacks,proto3" json:"rollbacks,omitempty"`
-	OnMemberRemoved []*RunbookStep         `protobuf:"bytes,15,rep,name=on_member_removed,json=onMemberRemoved,proto3" json:"on_member_removed,omitempty"`
-	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Init []*RunbookStep `protobuf:"bytes,12,rep,name=init,proto3" json:"init,omitempty"`
+	// The phases, in YAML order.
+	Phases []*RunbookPhase `protobuf:"bytes,13,rep,name=phases,proto3" json:"phases,omitempty"`
+	// The named rollbacks, by name.
+	Rollbacks []*RunbookRollback `protobuf:"bytes,14,rep,name=rollbacks,proto3" json:"rollbacks,omitempty"`
+	// The steps run for a member that leaves a batch, in order.
+	OnMemberRemoved []*RunbookStep `protobuf:"bytes,15,rep,name=on_member_removed,json=onMemberRemoved,proto3" json:"on_member_removed,omitempty"`
+	// When this version was first applied.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the version last became active; unset if it never was.
 	ActivateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=activate_time,json=activateTime,proto3" json:"activate_time,omitempty"`
-	// Who applied this version first, and who last made it active (the
-	// operator's issuer#subject).
-	CreatedBy     string `protobuf:"bytes,18,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Who applied this version first (the operator's issuer#subject).
+	CreatedBy string `protobuf:"bytes,18,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Who last made this version active (issuer#subject); empty if it never was.
 	ActivatedBy   string `protobuf:"bytes,19,opt,name=activated_by,json=activatedBy,proto3" json:"activated_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -517,11 +552,13 @@ func (x *Runbook) GetActivatedBy() string {
 // RunbookPhase is a group of steps due an offset before the batch start time.
 type RunbookPhase struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The phase's name, unique in the runbook.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Minutes BEFORE the batch start time, as in seed 003 (7200: five days
 	// before; negative: after the start). The phase is due at
 	// batch_start_time - offset_minutes.
-	OffsetMinutes int32          `protobuf:"varint,2,opt,name=offset_minutes,json=offsetMinutes,proto3" json:"offset_minutes,omitempty"`
+	OffsetMinutes int32 `protobuf:"varint,2,opt,name=offset_minutes,json=offsetMinutes,proto3" json:"offset_minutes,omitempty"`
+	// The steps, in order; each runs for every active member of the batch.
 	Steps         []*RunbookStep `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -580,9 +617,11 @@ func (x *RunbookPhase) GetSteps() []*RunbookStep {
 
 // RunbookRollback is a named list of steps a failed phase step may run.
 type RunbookRollback struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Steps         []*RunbookStep         `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name phase steps' on_failure refers to.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The steps run, in order, for the member whose phase step failed.
+	Steps         []*RunbookStep `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -634,14 +673,19 @@ func (x *RunbookRollback) GetSteps() []*RunbookStep {
 // RunbookStep summarizes one step.
 type RunbookStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The step's name, unique in the runbook.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The worker pool (a Lucius service) that runs the function.
 	WorkerId string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// The function (a handler of the worker pool).
-	Function        string `protobuf:"bytes,3,opt,name=function,proto3" json:"function,omitempty"`
-	IsPollStep      bool   `protobuf:"varint,4,opt,name=is_poll_step,json=isPollStep,proto3" json:"is_poll_step,omitempty"`
-	PollIntervalSec int32  `protobuf:"varint,5,opt,name=poll_interval_sec,json=pollIntervalSec,proto3" json:"poll_interval_sec,omitempty"`
-	PollTimeoutSec  int32  `protobuf:"varint,6,opt,name=poll_timeout_sec,json=pollTimeoutSec,proto3" json:"poll_timeout_sec,omitempty"`
+	Function string `protobuf:"bytes,3,opt,name=function,proto3" json:"function,omitempty"`
+	// The worker may answer "still in progress"; the step is then polled every
+	// poll_interval_sec until it ends or poll_timeout_sec passed.
+	IsPollStep bool `protobuf:"varint,4,opt,name=is_poll_step,json=isPollStep,proto3" json:"is_poll_step,omitempty"`
+	// Seconds between two polls of a poll step; 0 for other steps.
+	PollIntervalSec int32 `protobuf:"varint,5,opt,name=poll_interval_sec,json=pollIntervalSec,proto3" json:"poll_interval_sec,omitempty"`
+	// Seconds a poll step may poll before it ends as POLL_TIMEOUT; 0 for other steps.
+	PollTimeoutSec int32 `protobuf:"varint,6,opt,name=poll_timeout_sec,json=pollTimeoutSec,proto3" json:"poll_timeout_sec,omitempty"`
 	// The rollback a failure runs (phase steps only).
 	OnFailure string `protobuf:"bytes,7,opt,name=on_failure,json=onFailure,proto3" json:"on_failure,omitempty"`
 	// The execution lease of one dispatch; 0: the default.
@@ -806,8 +850,9 @@ func (x *ApplyRunbookRequest) GetRequestId() string {
 
 // ApplyRunbookResponse describes the stored version.
 type ApplyRunbookResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Runbook *Runbook               `protobuf:"bytes,1,opt,name=runbook,proto3" json:"runbook,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored version (the earlier one when created is false).
+	Runbook *Runbook `protobuf:"bytes,1,opt,name=runbook,proto3" json:"runbook,omitempty"`
 	// False when the same content was applied before.
 	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -861,7 +906,8 @@ func (x *ApplyRunbookResponse) GetCreated() bool {
 // GetRunbookRequest names a runbook version.
 type GetRunbookRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The runbook's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// 0 (the default) means the active version.
 	Version       int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -914,8 +960,9 @@ func (x *GetRunbookRequest) GetVersion() int32 {
 
 // GetRunbookResponse carries the version.
 type GetRunbookResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runbook       *Runbook               `protobuf:"bytes,1,opt,name=runbook,proto3" json:"runbook,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version asked for.
+	Runbook       *Runbook `protobuf:"bytes,1,opt,name=runbook,proto3" json:"runbook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1014,9 +1061,11 @@ func (x *ListRunbooksRequest) GetPageToken() string {
 
 // ListRunbooksResponse is one page, by name, the latest version first.
 type ListRunbooksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runbooks      []*Runbook             `protobuf:"bytes,1,rep,name=runbooks,proto3" json:"runbooks,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The versions on this page.
+	Runbooks []*Runbook `protobuf:"bytes,1,rep,name=runbooks,proto3" json:"runbooks,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1132,7 +1181,8 @@ func (x *RunbookMember) GetValues() map[string]string {
 // LoadMembersRequest carries member rows for a runbook version.
 type LoadMembersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The runbook's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// 0 means the active version.
 	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// At most 50,000 rows a call; member keys are unique in a call.
@@ -1298,18 +1348,27 @@ func (x *LoadMembersResponse) GetRemoved() int32 {
 
 // Batch is the members of a runbook sharing a batch start time.
 type Batch struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	BatchId     int64                  `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	RunbookName string                 `protobuf:"bytes,2,opt,name=runbook_name,json=runbookName,proto3" json:"runbook_name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the batch (GetBatch, ListBatchMembers).
+	BatchId int64 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// The runbook the batch belongs to.
+	RunbookName string `protobuf:"bytes,2,opt,name=runbook_name,json=runbookName,proto3" json:"runbook_name,omitempty"`
 	// The version governing the batch now.
-	RunbookVersion     int32                  `protobuf:"varint,3,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
-	BatchStartTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=batch_start_time,json=batchStartTime,proto3" json:"batch_start_time,omitempty"`
-	Status             BatchStatus            `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.BatchStatus" json:"status,omitempty"`
-	DetectTime         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=detect_time,json=detectTime,proto3" json:"detect_time,omitempty"`
-	InitDispatchTime   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=init_dispatch_time,json=initDispatchTime,proto3" json:"init_dispatch_time,omitempty"`
-	CompleteTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
-	ActiveMemberCount  int32                  `protobuf:"varint,9,opt,name=active_member_count,json=activeMemberCount,proto3" json:"active_member_count,omitempty"`
-	RemovedMemberCount int32                  `protobuf:"varint,10,opt,name=removed_member_count,json=removedMemberCount,proto3" json:"removed_member_count,omitempty"`
+	RunbookVersion int32 `protobuf:"varint,3,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
+	// The members' batch time: phases are due offset_minutes before it.
+	BatchStartTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=batch_start_time,json=batchStartTime,proto3" json:"batch_start_time,omitempty"`
+	// The batch's state.
+	Status BatchStatus `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.BatchStatus" json:"status,omitempty"`
+	// When the scheduler created the batch.
+	DetectTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=detect_time,json=detectTime,proto3" json:"detect_time,omitempty"`
+	// When the scheduler dispatched the init steps; unset without init steps.
+	InitDispatchTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=init_dispatch_time,json=initDispatchTime,proto3" json:"init_dispatch_time,omitempty"`
+	// When the batch completed or failed; unset while it runs.
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	// Members still in the batch.
+	ActiveMemberCount int32 `protobuf:"varint,9,opt,name=active_member_count,json=activeMemberCount,proto3" json:"active_member_count,omitempty"`
+	// Members that left the batch.
+	RemovedMemberCount int32 `protobuf:"varint,10,opt,name=removed_member_count,json=removedMemberCount,proto3" json:"removed_member_count,omitempty"`
 	// GetBatch only: by due time.
 	PhaseExecutions []*PhaseExecution `protobuf:"bytes,11,rep,name=phase_executions,json=phaseExecutions,proto3" json:"phase_executions,omitempty"`
 	// GetBatch only: by version, then step index.
@@ -1434,15 +1493,23 @@ func (x *Batch) GetInitExecutions() []*InitExecution {
 
 // PhaseExecution is a phase of a batch under one runbook version.
 type PhaseExecution struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	PhaseExecutionId int64                  `protobuf:"varint,1,opt,name=phase_execution_id,json=phaseExecutionId,proto3" json:"phase_execution_id,omitempty"`
-	PhaseName        string                 `protobuf:"bytes,2,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
-	OffsetMinutes    int32                  `protobuf:"varint,3,opt,name=offset_minutes,json=offsetMinutes,proto3" json:"offset_minutes,omitempty"`
-	DueTime          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
-	RunbookVersion   int32                  `protobuf:"varint,5,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
-	Status           PhaseExecutionStatus   `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.PhaseExecutionStatus" json:"status,omitempty"`
-	DispatchTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
-	CompleteTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the phase execution.
+	PhaseExecutionId int64 `protobuf:"varint,1,opt,name=phase_execution_id,json=phaseExecutionId,proto3" json:"phase_execution_id,omitempty"`
+	// The runbook phase it runs.
+	PhaseName string `protobuf:"bytes,2,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
+	// The phase's offset, in minutes before the batch start time.
+	OffsetMinutes int32 `protobuf:"varint,3,opt,name=offset_minutes,json=offsetMinutes,proto3" json:"offset_minutes,omitempty"`
+	// When the phase is due: batch_start_time minus offset_minutes.
+	DueTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	// The runbook version whose phase this is.
+	RunbookVersion int32 `protobuf:"varint,5,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
+	// The phase execution's state.
+	Status PhaseExecutionStatus `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.PhaseExecutionStatus" json:"status,omitempty"`
+	// When the scheduler dispatched the phase; unset while it is pending.
+	DispatchTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	// When the phase completed or failed; unset until then.
+	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	// The phase's own step executions (not rollbacks) by status.
 	StepCounts    *StepExecutionCounts `protobuf:"bytes,9,opt,name=step_counts,json=stepCounts,proto3" json:"step_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1544,16 +1611,25 @@ func (x *PhaseExecution) GetStepCounts() *StepExecutionCounts {
 
 // StepExecutionCounts counts step executions by status.
 type StepExecutionCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Pending       int32                  `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	Dispatched    int32                  `protobuf:"varint,3,opt,name=dispatched,proto3" json:"dispatched,omitempty"`
-	Succeeded     int32                  `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
-	Failed        int32                  `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
-	Polling       int32                  `protobuf:"varint,6,opt,name=polling,proto3" json:"polling,omitempty"`
-	PollTimeout   int32                  `protobuf:"varint,7,opt,name=poll_timeout,json=pollTimeout,proto3" json:"poll_timeout,omitempty"`
-	RolledBack    int32                  `protobuf:"varint,8,opt,name=rolled_back,json=rolledBack,proto3" json:"rolled_back,omitempty"`
-	Cancelled     int32                  `protobuf:"varint,9,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// All the phase's step executions.
+	Total int32 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// Step executions PENDING.
+	Pending int32 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	// Step executions DISPATCHED.
+	Dispatched int32 `protobuf:"varint,3,opt,name=dispatched,proto3" json:"dispatched,omitempty"`
+	// Step executions SUCCEEDED.
+	Succeeded int32 `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Step executions FAILED.
+	Failed int32 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Step executions POLLING.
+	Polling int32 `protobuf:"varint,6,opt,name=polling,proto3" json:"polling,omitempty"`
+	// Step executions POLL_TIMEOUT.
+	PollTimeout int32 `protobuf:"varint,7,opt,name=poll_timeout,json=pollTimeout,proto3" json:"poll_timeout,omitempty"`
+	// Step executions ROLLED_BACK.
+	RolledBack int32 `protobuf:"varint,8,opt,name=rolled_back,json=rolledBack,proto3" json:"rolled_back,omitempty"`
+	// Step executions CANCELLED.
+	Cancelled     int32 `protobuf:"varint,9,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1653,19 +1729,31 @@ func (x *StepExecutionCounts) GetCancelled() int32 {
 
 // InitExecution is one init step of a batch under one runbook version.
 type InitExecution struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	InitExecutionId int64                  `protobuf:"varint,1,opt,name=init_execution_id,json=initExecutionId,proto3" json:"init_execution_id,omitempty"`
-	StepName        string                 `protobuf:"bytes,2,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
-	StepIndex       int32                  `protobuf:"varint,3,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
-	RunbookVersion  int32                  `protobuf:"varint,4,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
-	WorkerId        string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Function        string                 `protobuf:"bytes,6,opt,name=function,proto3" json:"function,omitempty"`
-	Status          StepExecutionStatus    `protobuf:"varint,7,opt,name=status,proto3,enum=lucius.v1.StepExecutionStatus" json:"status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the init execution.
+	InitExecutionId int64 `protobuf:"varint,1,opt,name=init_execution_id,json=initExecutionId,proto3" json:"init_execution_id,omitempty"`
+	// The init step it runs.
+	StepName string `protobuf:"bytes,2,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
+	// The step's position in the version's init steps, from 0.
+	StepIndex int32 `protobuf:"varint,3,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	// The runbook version whose init step this is.
+	RunbookVersion int32 `protobuf:"varint,4,opt,name=runbook_version,json=runbookVersion,proto3" json:"runbook_version,omitempty"`
+	// The worker pool (a Lucius service) that runs the function.
+	WorkerId string `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The function (a handler of the worker pool).
+	Function string `protobuf:"bytes,6,opt,name=function,proto3" json:"function,omitempty"`
+	// The init execution's state.
+	Status StepExecutionStatus `protobuf:"varint,7,opt,name=status,proto3,enum=lucius.v1.StepExecutionStatus" json:"status,omitempty"`
 	// The Lucius job of the latest dispatch.
-	JobId         string                 `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	PollCount     int32                  `protobuf:"varint,10,opt,name=poll_count,json=pollCount,proto3" json:"poll_count,omitempty"`
-	DispatchTime  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	JobId string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Why the step failed or was cancelled (the worker's error or Lucius's
+	// reason); empty otherwise.
+	ErrorMessage string `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// How many times the step was polled (poll steps only).
+	PollCount int32 `protobuf:"varint,10,opt,name=poll_count,json=pollCount,proto3" json:"poll_count,omitempty"`
+	// When the latest dispatch was sent; unset while pending.
+	DispatchTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	// When the step ended; unset while it runs.
 	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1787,8 +1875,9 @@ func (x *InitExecution) GetCompleteTime() *timestamppb.Timestamp {
 
 // ListBatchesRequest pages a runbook's batches.
 type ListBatchesRequest struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	RunbookName string                 `protobuf:"bytes,1,opt,name=runbook_name,json=runbookName,proto3" json:"runbook_name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runbook's name.
+	RunbookName string `protobuf:"bytes,1,opt,name=runbook_name,json=runbookName,proto3" json:"runbook_name,omitempty"`
 	// At most this many (default 50, maximum 500).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token from a previous answer.
@@ -1850,9 +1939,11 @@ func (x *ListBatchesRequest) GetPageToken() string {
 
 // ListBatchesResponse is one page, newest first.
 type ListBatchesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batches       []*Batch               `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batches on this page.
+	Batches []*Batch `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1903,8 +1994,9 @@ func (x *ListBatchesResponse) GetNextPageToken() string {
 
 // GetBatchRequest names a batch.
 type GetBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BatchId       int64                  `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batch's batch_id.
+	BatchId       int64 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1948,8 +2040,9 @@ func (x *GetBatchRequest) GetBatchId() int64 {
 
 // GetBatchResponse carries the batch with its executions.
 type GetBatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batch         *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batch, with its phase and init executions.
+	Batch         *Batch `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1993,8 +2086,9 @@ func (x *GetBatchResponse) GetBatch() *Batch {
 
 // ListBatchMembersRequest names a batch and pages its members.
 type ListBatchMembersRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	BatchId int64                  `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batch's batch_id.
+	BatchId int64 `protobuf:"varint,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	// At most this many (default 100, maximum 1000).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token from a previous answer.
@@ -2056,9 +2150,11 @@ func (x *ListBatchMembersRequest) GetPageToken() string {
 
 // ListBatchMembersResponse is one page of members, by member key.
 type ListBatchMembersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*BatchMember         `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The members on this page.
+	Members []*BatchMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2109,10 +2205,14 @@ func (x *ListBatchMembersResponse) GetNextPageToken() string {
 
 // BatchMember is one member of a batch and what ran for it.
 type BatchMember struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	MemberKey  string                 `protobuf:"bytes,1,opt,name=member_key,json=memberKey,proto3" json:"member_key,omitempty"`
-	Status     BatchMemberStatus      `protobuf:"varint,2,opt,name=status,proto3,enum=lucius.v1.BatchMemberStatus" json:"status,omitempty"`
-	AddTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=add_time,json=addTime,proto3" json:"add_time,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the member (the data source's primary key).
+	MemberKey string `protobuf:"bytes,1,opt,name=member_key,json=memberKey,proto3" json:"member_key,omitempty"`
+	// Whether the member still belongs to the batch.
+	Status BatchMemberStatus `protobuf:"varint,2,opt,name=status,proto3,enum=lucius.v1.BatchMemberStatus" json:"status,omitempty"`
+	// When the member joined the batch (it was detected or added).
+	AddTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=add_time,json=addTime,proto3" json:"add_time,omitempty"`
+	// When the member left the batch; unset while it is active.
 	RemoveTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=remove_time,json=removeTime,proto3" json:"remove_time,omitempty"`
 	// Its step executions by phase due time, then step index.
 	Steps         []*MemberStepExecution `protobuf:"bytes,5,rep,name=steps,proto3" json:"steps,omitempty"`
@@ -2191,17 +2291,27 @@ type MemberStepExecution struct {
 	// The phase (empty for removal steps).
 	PhaseName string `protobuf:"bytes,1,opt,name=phase_name,json=phaseName,proto3" json:"phase_name,omitempty"`
 	// phase, rollback or removal.
-	Kind      string              `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	StepName  string              `protobuf:"bytes,3,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
-	StepIndex int32               `protobuf:"varint,4,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
-	WorkerId  string              `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Function  string              `protobuf:"bytes,6,opt,name=function,proto3" json:"function,omitempty"`
-	Status    StepExecutionStatus `protobuf:"varint,7,opt,name=status,proto3,enum=lucius.v1.StepExecutionStatus" json:"status,omitempty"`
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The runbook step it runs.
+	StepName string `protobuf:"bytes,3,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`
+	// The step's position in its phase, rollback or removal list, from 0.
+	StepIndex int32 `protobuf:"varint,4,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
+	// The worker pool (a Lucius service) that runs the function.
+	WorkerId string `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The function (a handler of the worker pool).
+	Function string `protobuf:"bytes,6,opt,name=function,proto3" json:"function,omitempty"`
+	// The step execution's state.
+	Status StepExecutionStatus `protobuf:"varint,7,opt,name=status,proto3,enum=lucius.v1.StepExecutionStatus" json:"status,omitempty"`
 	// The job that ran it, once dispatched.
-	JobId         string                 `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	PollCount     int32                  `protobuf:"varint,10,opt,name=poll_count,json=pollCount,proto3" json:"poll_count,omitempty"`
-	DispatchTime  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	JobId string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Why the step failed or was cancelled (the worker's error or Lucius's
+	// reason); empty otherwise.
+	ErrorMessage string `protobuf:"bytes,9,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// How many times the step was polled (poll steps only).
+	PollCount int32 `protobuf:"varint,10,opt,name=poll_count,json=pollCount,proto3" json:"poll_count,omitempty"`
+	// When the latest dispatch was sent; unset while pending.
+	DispatchTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=dispatch_time,json=dispatchTime,proto3" json:"dispatch_time,omitempty"`
+	// When the step ended; unset while it runs.
 	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -27,17 +27,25 @@ const (
 
 // Workflow is a registered workflow version.
 type Workflow struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	WorkflowId  string                 `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
-	Version     int32                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Name        string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	Description string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request type the workflow serves (the YAML's workflow_id): a letter,
+	// then up to 63 letters, digits or underscores.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// The version number (the YAML's version), from 1.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// A display name from the YAML; empty if it has none.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Free text from the YAML's description; empty if it has none.
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
 	// The YAML definition.
 	Source string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	// Hex SHA-256 of source.
-	Sha256       string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Inputs       []*WorkflowInput       `protobuf:"bytes,7,rep,name=inputs,proto3" json:"inputs,omitempty"`
-	Nodes        []*WorkflowNode        `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Sha256 string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The declared inputs, by name.
+	Inputs []*WorkflowInput `protobuf:"bytes,7,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// The nodes, in YAML order.
+	Nodes []*WorkflowNode `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// When this version was registered; unset in a ValidateWorkflow answer.
 	RegisterTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
 	// Who registered this version: the operator's issuer#subject, or
 	// "file:<name>" for a definition loaded from LUCIUS_WORKFLOWS_DIR at start.
@@ -149,10 +157,14 @@ func (x *Workflow) GetRegisteredBy() string {
 // WorkflowInput declares one input (a field of a command's payload).
 type WorkflowInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The payload field that carries the input.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// string, integer, number, boolean, list or object.
-	Type          string          `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Required      bool            `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// A payload without it (and no default_value) is refused; a required string
+	// must not be blank.
+	Required bool `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
+	// The value used when the payload does not set the input; unset if none.
 	DefaultValue  *structpb.Value `protobuf:"bytes,4,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -218,12 +230,14 @@ func (x *WorkflowInput) GetDefaultValue() *structpb.Value {
 
 // WorkflowNode summarizes one node.
 type WorkflowNode struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's id, unique in the workflow.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// start, end, task, conditional, fan_out or fan_in.
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// For tasks and fan-outs: the handler and the service owning it.
 	Handler string `protobuf:"bytes,3,opt,name=handler,proto3" json:"handler,omitempty"`
+	// The platform service that owns the handler, e.g. ocr; empty for other nodes.
 	Service string `protobuf:"bytes,4,opt,name=service,proto3" json:"service,omitempty"`
 	// The nodes this one leads to.
 	Next          []string `protobuf:"bytes,5,rep,name=next,proto3" json:"next,omitempty"`
@@ -357,8 +371,9 @@ func (x *RegisterWorkflowRequest) GetRequestId() string {
 
 // RegisterWorkflowResponse describes the stored version.
 type RegisterWorkflowResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Workflow *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored version (the earlier one when created is false).
+	Workflow *Workflow `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	// False when the same content was registered before.
 	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -411,8 +426,9 @@ func (x *RegisterWorkflowResponse) GetCreated() bool {
 
 // ValidateWorkflowRequest carries a definition to check.
 type ValidateWorkflowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The YAML definition.
+	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -457,7 +473,8 @@ func (x *ValidateWorkflowRequest) GetSource() string {
 // ValidateWorkflowResponse lists what is wrong, if anything.
 type ValidateWorkflowResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Valid bool                   `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	// The definition has no problem (errors is empty).
+	Valid bool `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
 	// Each problem as "line:column: node <id>: message".
 	Errors []string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty"`
 	// The parsed definition when valid.
@@ -519,8 +536,9 @@ func (x *ValidateWorkflowResponse) GetWorkflow() *Workflow {
 
 // GetWorkflowRequest names a workflow version.
 type GetWorkflowRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	WorkflowId string                 `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow's workflow_id (its request type).
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
 	// 0 (the default) means the latest version.
 	Version       int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -573,8 +591,9 @@ func (x *GetWorkflowRequest) GetVersion() int32 {
 
 // GetWorkflowResponse carries the version.
 type GetWorkflowResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workflow      *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version asked for.
+	Workflow      *Workflow `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,7 +639,8 @@ func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
 type ListWorkflowsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most this many (default 100, maximum 500).
-	PageSize      int32  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -672,9 +692,11 @@ func (x *ListWorkflowsRequest) GetPageToken() string {
 
 // ListWorkflowsResponse is one page, by workflow id.
 type ListWorkflowsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workflows     []*Workflow            `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The latest version of each workflow on this page.
+	Workflows []*Workflow `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	// The page_token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
