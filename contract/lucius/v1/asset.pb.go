@@ -28,10 +28,13 @@ const (
 type ApprovalState int32
 
 const (
+	// Never an asset's state; refused by SetAssetApproval.
 	ApprovalState_APPROVAL_STATE_UNSPECIFIED ApprovalState = 0
 	// Not reviewed yet: every asset starts here.
-	ApprovalState_APPROVAL_STATE_PENDING  ApprovalState = 1
+	ApprovalState_APPROVAL_STATE_PENDING ApprovalState = 1
+	// The platform approved the asset.
 	ApprovalState_APPROVAL_STATE_APPROVED ApprovalState = 2
+	// The platform rejected the asset (approval_note may say why).
 	ApprovalState_APPROVAL_STATE_REJECTED ApprovalState = 3
 )
 
@@ -80,31 +83,50 @@ func (ApprovalState) EnumDescriptor() ([]byte, []int) {
 
 // Asset is one thing a partner platform names, processed in revisions.
 type Asset struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	AssetId    string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId   string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	PlatformId string                 `protobuf:"bytes,3,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits derived from platform_id and
+	// platform_refs (see Command.platform_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset, normalized (trimmed, lower-cased).
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The partner platform's identifier, as the first command gave it.
+	PlatformId string `protobuf:"bytes,3,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
 	// As the first command gave them; immutable.
 	PlatformRefs map[string]string `protobuf:"bytes,4,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Revisions so far (each command naming the asset adds one).
 	Revisions int32 `protobuf:"varint,5,opt,name=revisions,proto3" json:"revisions,omitempty"`
 	// The revision whose result is current (0: none succeeded yet), its job
 	// and its content hash (SHA-256 over the final step's artifacts).
-	CurrentRevision int32  `protobuf:"varint,6,opt,name=current_revision,json=currentRevision,proto3" json:"current_revision,omitempty"`
-	CurrentJobId    string `protobuf:"bytes,7,opt,name=current_job_id,json=currentJobId,proto3" json:"current_job_id,omitempty"`
-	ContentHash     string `protobuf:"bytes,8,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	CurrentRevision int32 `protobuf:"varint,6,opt,name=current_revision,json=currentRevision,proto3" json:"current_revision,omitempty"`
+	// The current revision's job (64 lowercase hex digits); empty while no
+	// revision succeeded.
+	CurrentJobId string `protobuf:"bytes,7,opt,name=current_job_id,json=currentJobId,proto3" json:"current_job_id,omitempty"`
+	// The current revision's content hash (lowercase hex); empty while no
+	// revision succeeded, or when its final step wrote no artifacts.
+	ContentHash string `protobuf:"bytes,8,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
 	// The newest revision's job status, e.g. JOB_STATUS_SUCCEEDED.
-	ProcessingStatus JobStatus              `protobuf:"varint,9,opt,name=processing_status,json=processingStatus,proto3,enum=lucius.v1.JobStatus" json:"processing_status,omitempty"`
-	CreatedBy        string                 `protobuf:"bytes,10,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	CreateTime       *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	ProcessingStatus JobStatus `protobuf:"varint,9,opt,name=processing_status,json=processingStatus,proto3,enum=lucius.v1.JobStatus" json:"processing_status,omitempty"`
+	// Who submitted the first command naming the asset, as in
+	// Job.submitted_by (issuer#subject for a partner).
+	CreatedBy string `protobuf:"bytes,10,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// When the first command naming the asset was accepted.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the asset last changed: a revision added or ended, a rollback, its
+	// deletion or a review.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Set once soft-deleted.
 	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
-	DeletedBy  string                 `protobuf:"bytes,14,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
+	// Who deleted it (issuer#subject); empty unless deleted.
+	DeletedBy string `protobuf:"bytes,14,opt,name=deleted_by,json=deletedBy,proto3" json:"deleted_by,omitempty"`
 	// The platform's review (SetAssetApproval): state, note, who and when.
-	ApprovalState      ApprovalState          `protobuf:"varint,15,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
-	ApprovalNote       string                 `protobuf:"bytes,16,opt,name=approval_note,json=approvalNote,proto3" json:"approval_note,omitempty"`
-	ApprovalUpdatedBy  string                 `protobuf:"bytes,17,opt,name=approval_updated_by,json=approvalUpdatedBy,proto3" json:"approval_updated_by,omitempty"`
+	ApprovalState ApprovalState `protobuf:"varint,15,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
+	// The note given with the latest review; empty when none was.
+	ApprovalNote string `protobuf:"bytes,16,opt,name=approval_note,json=approvalNote,proto3" json:"approval_note,omitempty"`
+	// Who set the latest review (issuer#subject); empty while the asset was
+	// never reviewed.
+	ApprovalUpdatedBy string `protobuf:"bytes,17,opt,name=approval_updated_by,json=approvalUpdatedBy,proto3" json:"approval_updated_by,omitempty"`
+	// When the latest review was set (unset while the asset was never
+	// reviewed).
 	ApprovalUpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=approval_update_time,json=approvalUpdateTime,proto3" json:"approval_update_time,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -268,13 +290,24 @@ func (x *Asset) GetApprovalUpdateTime() *timestamppb.Timestamp {
 
 // AssetRevision is one processing of an asset.
 type AssetRevision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      int32                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Status        JobStatus              `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
-	ContentHash   string                 `protobuf:"bytes,4,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
-	Current       bool                   `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revision's number: 1 for the first command naming the asset, one
+	// more for each later one.
+	Revision int32 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The job that processes this revision (64 lowercase hex digits).
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// RECEIVED until the revision's job ends, then how it ended: SUCCEEDED,
+	// FAILED_FINAL or CANCELLED.
+	Status JobStatus `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
+	// Lowercase hex SHA-256 over the final step's artifacts (name and
+	// SHA-256 of each, in order); empty unless the job succeeded and its
+	// final step wrote artifacts.
+	ContentHash string `protobuf:"bytes,4,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	// Whether this is the asset's current revision (Asset.current_revision).
+	Current bool `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	// When the command of this revision was accepted.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the revision's job ended (unset until then).
 	CompleteTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -361,9 +394,13 @@ func (x *AssetRevision) GetCompleteTime() *timestamppb.Timestamp {
 
 // GetAssetRequest names an asset of a tenant.
 type GetAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits (Asset.asset_id,
+	// SubmitResponse.asset_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,8 +451,9 @@ func (x *GetAssetRequest) GetTenantId() string {
 
 // GetAssetResponse carries the asset.
 type GetAssetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset; a deleted one too, with delete_time set.
+	Asset         *Asset `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,10 +497,16 @@ func (x *GetAssetResponse) GetAsset() *Asset {
 
 // LookupAssetRequest names an asset by the platform's identifiers.
 type LookupAssetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	PlatformId    string                 `protobuf:"bytes,2,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
-	PlatformRefs  map[string]string      `protobuf:"bytes,3,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The platform's identifier, as the commands give it (Command.platform_id).
+	PlatformId string `protobuf:"bytes,2,opt,name=platform_id,json=platformId,proto3" json:"platform_id,omitempty"`
+	// The platform's references, all of them, as the commands give them
+	// (Command.platform_refs): the asset id is derived from the whole set
+	// (empty: none).
+	PlatformRefs  map[string]string `protobuf:"bytes,3,rep,name=platform_refs,json=platformRefs,proto3" json:"platform_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,8 +564,10 @@ func (x *LookupAssetRequest) GetPlatformRefs() map[string]string {
 
 // LookupAssetResponse carries the asset.
 type LookupAssetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset these identifiers name; a deleted one too, with delete_time
+	// set.
+	Asset         *Asset `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,11 +611,15 @@ func (x *LookupAssetResponse) GetAsset() *Asset {
 
 // ListAssetRevisionsRequest names an asset of a tenant, and a page.
 type ListAssetRevisionsRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits (Asset.asset_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// Revisions per page: default 50, at most 500.
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -635,9 +685,11 @@ func (x *ListAssetRevisionsRequest) GetPageToken() string {
 
 // ListAssetRevisionsResponse is one page of revisions, newest first.
 type ListAssetRevisionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revisions     []*AssetRevision       `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's revisions, newest first.
+	Revisions []*AssetRevision `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,10 +740,15 @@ func (x *ListAssetRevisionsResponse) GetNextPageToken() string {
 
 // RollbackAssetRequest names the revision to make current.
 type RollbackAssetRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Revision int32                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits (Asset.asset_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The revision to make current (AssetRevision.revision); its job must
+	// have succeeded (else REVISION_NOT_SUCCEEDED).
+	Revision int32 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -762,8 +819,10 @@ func (x *RollbackAssetRequest) GetRequestId() string {
 
 // RollbackAssetResponse carries the asset as it now is.
 type RollbackAssetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset after the rollback: current_revision, current_job_id and
+	// content_hash are the chosen revision's.
+	Asset         *Asset `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -807,9 +866,12 @@ func (x *RollbackAssetResponse) GetAsset() *Asset {
 
 // DeleteAssetRequest names the asset to soft-delete.
 type DeleteAssetRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	AssetId  string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits (Asset.asset_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -873,8 +935,10 @@ func (x *DeleteAssetRequest) GetRequestId() string {
 
 // DeleteAssetResponse carries the deleted asset.
 type DeleteAssetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset with delete_time and deleted_by set (those of the first
+	// delete when it was deleted already).
+	Asset         *Asset `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,10 +982,14 @@ func (x *DeleteAssetResponse) GetAsset() *Asset {
 
 // SetAssetApprovalRequest names the asset and its new review state.
 type SetAssetApprovalRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AssetId       string                 `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	TenantId      string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	ApprovalState ApprovalState          `protobuf:"varint,3,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset's id: 32 lowercase hex digits (Asset.asset_id).
+	AssetId string `protobuf:"bytes,1,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The tenant that owns the asset (compared after normalization); a
+	// tenant the caller does not hold answers NOT_FOUND.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The review to record: PENDING, APPROVED or REJECTED.
+	ApprovalState ApprovalState `protobuf:"varint,3,opt,name=approval_state,json=approvalState,proto3,enum=lucius.v1.ApprovalState" json:"approval_state,omitempty"`
 	// Why, e.g. "metadata incomplete".
 	Note string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
@@ -1001,8 +1069,10 @@ func (x *SetAssetApprovalRequest) GetRequestId() string {
 
 // SetAssetApprovalResponse carries the asset as it now is.
 type SetAssetApprovalResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Asset         *Asset                 `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asset with the review recorded: approval_state, approval_note,
+	// approval_updated_by and approval_update_time.
+	Asset         *Asset `protobuf:"bytes,1,opt,name=asset,proto3" json:"asset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -28,6 +28,7 @@ const (
 type CircuitState int32
 
 const (
+	// Never a breaker's state.
 	CircuitState_CIRCUIT_STATE_UNSPECIFIED CircuitState = 0
 	// Directives flow.
 	CircuitState_CIRCUIT_STATE_CLOSED CircuitState = 1
@@ -84,16 +85,22 @@ func (CircuitState) EnumDescriptor() ([]byte, []int) {
 type CircuitBreaker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The worker service, e.g. OCR.
-	Service string       `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	State   CircuitState `protobuf:"varint,2,opt,name=state,proto3,enum=lucius.v1.CircuitState" json:"state,omitempty"`
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Whether directives flow to the service; CLOSED for a service whose
+	// breaker never left that state.
+	State CircuitState `protobuf:"varint,2,opt,name=state,proto3,enum=lucius.v1.CircuitState" json:"state,omitempty"`
 	// Why it is in this state, e.g. "12 of 20 attempts in 60s failed".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The failure rate and attempt count that decided the last transition.
 	FailureRate float64 `protobuf:"fixed64,4,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
-	Attempts    int32   `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// How many of the service's attempts ended in the window that rate was
+	// measured over (0 after an operator's reset).
+	Attempts int32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// When it entered this state; when an OPEN breaker turns half-open.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	RetryTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=retry_time,json=retryTime,proto3" json:"retry_time,omitempty"`
+	// When an OPEN breaker turns HALF_OPEN (the end of its cool-down); unset
+	// in other states.
+	RetryTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=retry_time,json=retryTime,proto3" json:"retry_time,omitempty"`
 	// Steps waiting for it now.
 	HeldSteps int32 `protobuf:"varint,8,opt,name=held_steps,json=heldSteps,proto3" json:"held_steps,omitempty"`
 	// Who changed it last: "reconciler" or the operator who reset it.
@@ -197,13 +204,23 @@ func (x *CircuitBreaker) GetUpdatedBy() string {
 
 // CircuitTransition is one change of a breaker's state.
 type CircuitTransition struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FromState     CircuitState           `protobuf:"varint,1,opt,name=from_state,json=fromState,proto3,enum=lucius.v1.CircuitState" json:"from_state,omitempty"`
-	ToState       CircuitState           `protobuf:"varint,2,opt,name=to_state,json=toState,proto3,enum=lucius.v1.CircuitState" json:"to_state,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	FailureRate   float64                `protobuf:"fixed64,4,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
-	Attempts      int32                  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Principal     string                 `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The state before the change.
+	FromState CircuitState `protobuf:"varint,1,opt,name=from_state,json=fromState,proto3,enum=lucius.v1.CircuitState" json:"from_state,omitempty"`
+	// The state after the change.
+	ToState CircuitState `protobuf:"varint,2,opt,name=to_state,json=toState,proto3,enum=lucius.v1.CircuitState" json:"to_state,omitempty"`
+	// Why, e.g. "12 of 20 attempts in 60s failed", or the operator's reason
+	// for a reset (default "reset by an operator").
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The failure rate that decided the change: the share of ended attempts
+	// that failed retryably, from 0 to 1 (0 for a reset).
+	FailureRate float64 `protobuf:"fixed64,4,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
+	// How many ended attempts that rate counts (0 for a reset).
+	Attempts int32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Who made the change: "reconciler", or the operator who reset the
+	// breaker (issuer#subject).
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	// When the change was made.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -290,8 +307,9 @@ func (x *CircuitTransition) GetCreateTime() *timestamppb.Timestamp {
 
 // ListCircuitBreakersRequest pages the breakers by service name.
 type ListCircuitBreakersRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	PageSize int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many breakers (default 100, maximum 500).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -344,11 +362,13 @@ func (x *ListCircuitBreakersRequest) GetPageToken() string {
 
 // ListCircuitBreakersResponse is one page of breakers.
 type ListCircuitBreakersResponse struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	CircuitBreakers []*CircuitBreaker      `protobuf:"bytes,1,rep,name=circuit_breakers,json=circuitBreakers,proto3" json:"circuit_breakers,omitempty"`
-	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's breakers, by service name.
+	CircuitBreakers []*CircuitBreaker `protobuf:"bytes,1,rep,name=circuit_breakers,json=circuitBreakers,proto3" json:"circuit_breakers,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListCircuitBreakersResponse) Reset() {
@@ -397,8 +417,9 @@ func (x *ListCircuitBreakersResponse) GetNextPageToken() string {
 
 // GetCircuitBreakerRequest names a service.
 type GetCircuitBreakerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker service, e.g. ocr.
+	Service       string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,11 +463,13 @@ func (x *GetCircuitBreakerRequest) GetService() string {
 
 // GetCircuitBreakerResponse is the breaker and its last transitions, newest first.
 type GetCircuitBreakerResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	CircuitBreaker *CircuitBreaker        `protobuf:"bytes,1,opt,name=circuit_breaker,json=circuitBreaker,proto3" json:"circuit_breaker,omitempty"`
-	Transitions    []*CircuitTransition   `protobuf:"bytes,2,rep,name=transitions,proto3" json:"transitions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The service's breaker (CLOSED for a service whose breaker never opened).
+	CircuitBreaker *CircuitBreaker `protobuf:"bytes,1,opt,name=circuit_breaker,json=circuitBreaker,proto3" json:"circuit_breaker,omitempty"`
+	// Its latest transitions, newest first (at most 20).
+	Transitions   []*CircuitTransition `protobuf:"bytes,2,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetCircuitBreakerResponse) Reset() {
@@ -495,9 +518,11 @@ func (x *GetCircuitBreakerResponse) GetTransitions() []*CircuitTransition {
 
 // ResetCircuitBreakerRequest names a service and says why.
 type ResetCircuitBreakerRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker service whose breaker to close, e.g. ocr.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Why, recorded with the transition (default "reset by an operator").
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -561,8 +586,9 @@ func (x *ResetCircuitBreakerRequest) GetRequestId() string {
 
 // ResetCircuitBreakerResponse is the breaker after the reset.
 type ResetCircuitBreakerResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	CircuitBreaker *CircuitBreaker        `protobuf:"bytes,1,opt,name=circuit_breaker,json=circuitBreaker,proto3" json:"circuit_breaker,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The breaker after the reset: CLOSED, updated_by the operator.
+	CircuitBreaker *CircuitBreaker `protobuf:"bytes,1,opt,name=circuit_breaker,json=circuitBreaker,proto3" json:"circuit_breaker,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }

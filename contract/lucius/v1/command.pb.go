@@ -314,7 +314,8 @@ func (x *SubmitRequest) GetCommand() *Command {
 // SubmitResponse names the accepted job.
 type SubmitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Deterministic job id (64 hex characters).
+	// The job's id: 64 lowercase hex digits; for a repeated command, the
+	// earlier job's.
 	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The job's status at the time of the answer (RECEIVED for a new job).
 	Status JobStatus `protobuf:"varint,2,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
@@ -324,8 +325,10 @@ type SubmitResponse struct {
 	AcceptTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
 	// The asset the command names (platform_id and platform_refs), and the
 	// revision this job processes; empty and 0 without one.
-	AssetId       string `protobuf:"bytes,5,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	AssetRevision int32  `protobuf:"varint,6,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
+	AssetId string `protobuf:"bytes,5,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The revision this job processes (1 for the first command naming the
+	// asset); 0 without an asset.
+	AssetRevision int32 `protobuf:"varint,6,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -29,18 +29,26 @@ const (
 // attempt of one step. Workers treat (job_id, step_id, attempt_no, lease_id) as
 // the idempotency key: a duplicate directive never runs the work twice.
 type Directive struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	JobId    string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	TenantId string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	StepId   string                 `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job the attempt belongs to: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The tenant that owns the job, normalized (trimmed, lower-cased).
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The step to run: the workflow node's id, or "<node>[<index>]" for a
+	// fan-out child.
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
 	// The workflow the job runs (seed 004 calls it the protocol).
 	ProtocolId string `protobuf:"bytes,4,opt,name=protocol_id,json=protocolId,proto3" json:"protocol_id,omitempty"`
 	// What to do, e.g. OCR, EMBEDDING, SIS.
 	StepType string `protobuf:"bytes,5,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
 	// Service that owns the step, e.g. ocr.
-	Service   string `protobuf:"bytes,6,opt,name=service,proto3" json:"service,omitempty"`
-	AttemptNo int32  `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId   string `protobuf:"bytes,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Service string `protobuf:"bytes,6,opt,name=service,proto3" json:"service,omitempty"`
+	// This attempt's number within the step, from 1; echo it in every
+	// callback.
+	AttemptNo int32 `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// This attempt's lease: a UUID minted for the attempt; echo it in every
+	// callback.
+	LeaseId string `protobuf:"bytes,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// This step's input: the previous step's primary artifact, or the job's input_ref.
 	InputRef string `protobuf:"bytes,9,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
 	// The job's workspace root; the step writes under <workspace_ref>/<step_type>/<attempt_no>/.
@@ -48,15 +56,19 @@ type Directive struct {
 	// The job's final destination; written by the last step.
 	OutputRef string `protobuf:"bytes,11,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
 	// Step-specific parameters (the command's payload).
-	Payload       *structpb.Struct `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
-	CorrelationId string           `protobuf:"bytes,13,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	Payload *structpb.Struct `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The command's correlation id (empty when it gave none); echo it in
+	// every callback.
+	CorrelationId string `protobuf:"bytes,13,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	// W3C trace context of the dispatching transaction.
 	Traceparent string `protobuf:"bytes,14,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	// Where to send ACK and RESULT.
 	CallbackUrls *CallbackEndpoints `protobuf:"bytes,15,opt,name=callback_urls,json=callbackUrls,proto3" json:"callback_urls,omitempty"`
 	// Position of the step in its protocol, and whether it is the last one.
 	StepIndex int32 `protobuf:"varint,16,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
-	FinalStep bool  `protobuf:"varint,17,opt,name=final_step,json=finalStep,proto3" json:"final_step,omitempty"`
+	// True for a task that leads only to end nodes: its result is the job's,
+	// written to output_ref.
+	FinalStep bool `protobuf:"varint,17,opt,name=final_step,json=finalStep,proto3" json:"final_step,omitempty"`
 	// Artifacts of the step before this one.
 	UpstreamArtifacts []*ArtifactRef `protobuf:"bytes,18,rep,name=upstream_artifacts,json=upstreamArtifacts,proto3" json:"upstream_artifacts,omitempty"`
 	// The job's original input_ref.
@@ -64,9 +76,13 @@ type Directive struct {
 	// Pinned routing of this attempt.
 	Routing *Routing `protobuf:"bytes,20,opt,name=routing,proto3" json:"routing,omitempty"`
 	// The worker must ACK within this time or the attempt is retried.
-	AckTimeout      *durationpb.Duration   `protobuf:"bytes,21,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
-	IssueTime       *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=issue_time,json=issueTime,proto3" json:"issue_time,omitempty"`
-	WorkflowVersion int32                  `protobuf:"varint,23,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
+	AckTimeout *durationpb.Duration `protobuf:"bytes,21,opt,name=ack_timeout,json=ackTimeout,proto3" json:"ack_timeout,omitempty"`
+	// When the orchestrator issued this directive; a retry after backoff is
+	// delivered later.
+	IssueTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=issue_time,json=issueTime,proto3" json:"issue_time,omitempty"`
+	// The version of the workflow (protocol_id) the job runs, pinned at
+	// acceptance.
+	WorkflowVersion int32 `protobuf:"varint,23,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
 	// Once acknowledged, the attempt must finish (or Heartbeat) within this time,
 	// or its lease expires and the step is retried.
 	LeaseTimeout *durationpb.Duration `protobuf:"bytes,24,opt,name=lease_timeout,json=leaseTimeout,proto3" json:"lease_timeout,omitempty"`
@@ -363,12 +379,15 @@ func (x *CallbackEndpoints) GetGrpcTarget() string {
 // command waiting for an orchestrator to claim it.
 type QueuedJob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The accepted job's id: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The accepted command. Omitted when it would make the message too large
 	// for the bus; the orchestrator then reads it from the ledger.
 	Command *Command `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// Routing resolved at ingress, pinned for the job's whole life.
-	Routing    *Routing               `protobuf:"bytes,3,opt,name=routing,proto3" json:"routing,omitempty"`
+	Routing *Routing `protobuf:"bytes,3,opt,name=routing,proto3" json:"routing,omitempty"`
+	// When the command was accepted and this message built (for a replay,
+	// when it was replayed).
 	AcceptTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=accept_time,json=acceptTime,proto3" json:"accept_time,omitempty"`
 	// The failed job this one replays: its succeeded steps are carried over.
 	ReplayOf      string `protobuf:"bytes,5,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`

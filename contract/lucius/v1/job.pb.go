@@ -29,6 +29,7 @@ const (
 type DeadLetterKind int32
 
 const (
+	// Never a dead letter's kind; as a ListDeadLetters filter, both kinds.
 	DeadLetterKind_DEAD_LETTER_KIND_UNSPECIFIED DeadLetterKind = 0
 	// A step failed for good (non-retryable, attempts exhausted, timed out).
 	DeadLetterKind_DEAD_LETTER_KIND_STEP DeadLetterKind = 1
@@ -81,6 +82,7 @@ func (DeadLetterKind) EnumDescriptor() ([]byte, []int) {
 type JobStatus int32
 
 const (
+	// Never a job's status; refused as a ListJobs filter.
 	JobStatus_JOB_STATUS_UNSPECIFIED JobStatus = 0
 	// Accepted and persisted; not yet handed to an orchestrator.
 	JobStatus_JOB_STATUS_RECEIVED JobStatus = 1
@@ -162,6 +164,7 @@ func (JobStatus) EnumDescriptor() ([]byte, []int) {
 type StepStatus int32
 
 const (
+	// Never a step's status.
 	StepStatus_STEP_STATUS_UNSPECIFIED StepStatus = 0
 	// Not started.
 	StepStatus_STEP_STATUS_PENDING StepStatus = 1
@@ -254,9 +257,13 @@ func (StepStatus) EnumDescriptor() ([]byte, []int) {
 type DecisionSource int32
 
 const (
-	DecisionSource_DECISION_SOURCE_UNSPECIFIED   DecisionSource = 0
-	DecisionSource_DECISION_SOURCE_REQUEST       DecisionSource = 1
+	// Not set; a pinned routing always names its source.
+	DecisionSource_DECISION_SOURCE_UNSPECIFIED DecisionSource = 0
+	// The command's mode field.
+	DecisionSource_DECISION_SOURCE_REQUEST DecisionSource = 1
+	// The tenant configuration's default mode.
 	DecisionSource_DECISION_SOURCE_TENANT_CONFIG DecisionSource = 2
+	// The global configuration's default mode, or DEFAULT when it sets none.
 	DecisionSource_DECISION_SOURCE_GLOBAL_CONFIG DecisionSource = 3
 )
 
@@ -409,9 +416,12 @@ func (x *WatchJobsRequest) GetAfterEventId() int64 {
 
 // WatchJobsResponse is one job-level event and the job as it is when sent.
 type WatchJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Event         *JobEvent              `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's job, as it is when the event is sent.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// One job-level event: JOB_ACCEPTED, JOB_QUEUED, JOB_CREATED,
+	// JOB_STATUS_CHANGED or CANCEL_REQUESTED.
+	Event         *JobEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,7 +473,8 @@ func (x *WatchJobsResponse) GetEvent() *JobEvent {
 // WatchJobRequest names the job and where to resume.
 type WatchJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job to follow: 64 lowercase hex digits (SubmitResponse.job_id).
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Events after this one (0: only events from now on).
 	AfterEventId  int64 `protobuf:"varint,2,opt,name=after_event_id,json=afterEventId,proto3" json:"after_event_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -519,7 +530,9 @@ type WatchJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job: in the first message, and with each event that changed its
 	// status (as it is when sent).
-	Job           *Job      `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The next event of the job's audit trail, in event_id order; absent in
+	// the first message.
 	Event         *JobEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -571,22 +584,38 @@ func (x *WatchJobResponse) GetEvent() *JobEvent {
 
 // DeadLetter is one thing that could not be processed.
 type DeadLetter struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetterId int64                  `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
-	Kind         DeadLetterKind         `protobuf:"varint,2,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
-	JobId        string                 `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId       string                 `protobuf:"bytes,4,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo    int32                  `protobuf:"varint,5,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter's id: assigned in increasing order, so newer ones have
+	// higher ids.
+	DeadLetterId int64 `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
+	// Where it comes from: a step that failed for good, or the bus.
+	Kind DeadLetterKind `protobuf:"varint,2,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
+	// The job concerned (64 lowercase hex digits); for a bus dead letter, the
+	// message's job_id property, empty when it has none.
+	JobId string `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The step that failed (empty when the whole job failed with
+	// SLA_EXCEEDED); for a bus dead letter, the message's step_id property.
+	StepId string `protobuf:"bytes,4,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The step's last attempt, the one that failed (0 for SLA_EXCEEDED); for a
+	// bus dead letter, the message's attempt_no property (0 when it has none).
+	AttemptNo int32 `protobuf:"varint,5,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
 	// Why, e.g. MAX_ATTEMPTS_EXHAUSTED, ACK_TIMEOUT, LEASE_EXPIRED,
 	// MaxDeliveryCountExceeded, TTLExpiredException, PoisonMessage.
-	Reason      string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What happened, in words: the failure's reason as reported (a worker's,
+	// or the timeout's), or the bus's dead-letter description.
 	Description string `protobuf:"bytes,7,opt,name=description,proto3" json:"description,omitempty"`
 	// For bus dead letters: the entity path and message id.
-	Entity    string `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`
+	Entity string `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`
+	// The dead-lettered message's id on the bus; empty for step dead letters.
 	MessageId string `protobuf:"bytes,9,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The message body (bus dead letters), as received.
-	Body       string                 `protobuf:"bytes,10,opt,name=body,proto3" json:"body,omitempty"`
-	Properties map[string]string      `protobuf:"bytes,11,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Body string `protobuf:"bytes,10,opt,name=body,proto3" json:"body,omitempty"`
+	// The message's application properties as received, e.g. job_id,
+	// step_id, attempt_no (bus dead letters; empty for step ones).
+	Properties map[string]string `protobuf:"bytes,11,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When Lucius recorded it (for a bus dead letter, when the reconciler
+	// collected it from the dead-letter queue).
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Set once the job was replayed.
 	ReplayJobId   string `protobuf:"bytes,13,opt,name=replay_job_id,json=replayJobId,proto3" json:"replay_job_id,omitempty"`
@@ -718,10 +747,13 @@ func (x *DeadLetter) GetReplayJobId() string {
 // ListDeadLettersRequest filters and pages dead letters.
 type ListDeadLettersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Kind  DeadLetterKind         `protobuf:"varint,1,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
+	// Only dead letters of this kind (unset: both kinds).
+	Kind DeadLetterKind `protobuf:"varint,1,opt,name=kind,proto3,enum=lucius.v1.DeadLetterKind" json:"kind,omitempty"`
 	// Only this job's.
-	JobId         string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// At most this many dead letters (default 50, maximum 500).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -787,9 +819,12 @@ func (x *ListDeadLettersRequest) GetPageToken() string {
 
 // ListDeadLettersResponse is one page.
 type ListDeadLettersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetters   []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's dead letters, newest first, each with its message body. A
+	// partner sees only those of its tenants' jobs.
+	DeadLetters []*DeadLetter `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,8 +875,9 @@ func (x *ListDeadLettersResponse) GetNextPageToken() string {
 
 // GetDeadLetterRequest names a dead letter.
 type GetDeadLetterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetterId  int64                  `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter's id (DeadLetter.dead_letter_id).
+	DeadLetterId  int64 `protobuf:"varint,1,opt,name=dead_letter_id,json=deadLetterId,proto3" json:"dead_letter_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,8 +921,9 @@ func (x *GetDeadLetterRequest) GetDeadLetterId() int64 {
 
 // GetDeadLetterResponse carries it.
 type GetDeadLetterResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeadLetter    *DeadLetter            `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter, with its message body.
+	DeadLetter    *DeadLetter `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -930,9 +967,12 @@ func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
 
 // ReplayJobRequest names the failed job to re-run.
 type ReplayJobRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The FAILED_FINAL job to replay: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Why, recorded in the original job's JOB_REPLAYED event (default
+	// "replayed by request").
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
 	// same caller answers what the first call answered and does nothing twice;
 	// the same id with a different request is refused (ALREADY_EXISTS,
@@ -996,8 +1036,11 @@ func (x *ReplayJobRequest) GetRequestId() string {
 
 // ReplayJobResponse carries the new job.
 type ReplayJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new job as GetJob shows it (RECEIVED or QUEUED at first), its
+	// replay_of naming the original. While an earlier replay runs, or once it
+	// succeeded, that replay is answered and no new job is made.
+	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,35 +1258,61 @@ func (x *ArtifactRef) GetSha256() string {
 
 // Job is one execution of a command.
 type Job struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	TenantId    string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	RequestType string                 `protobuf:"bytes,3,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's id: 64 lowercase hex digits, assigned when the command was
+	// accepted (SubmitResponse.job_id).
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The tenant that owns the job, normalized (trimmed, lower-cased).
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The command's request type, which names the workflow (the same as
+	// workflow_id).
+	RequestType string `protobuf:"bytes,3,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
 	// The workflow the job runs, pinned at acceptance.
-	WorkflowId    string           `protobuf:"bytes,4,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
-	Status        JobStatus        `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
-	Routing       *Routing         `protobuf:"bytes,6,opt,name=routing,proto3" json:"routing,omitempty"`
-	InputRef      string           `protobuf:"bytes,7,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
-	OutputRef     string           `protobuf:"bytes,8,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
-	DocId         string           `protobuf:"bytes,9,opt,name=doc_id,json=docId,proto3" json:"doc_id,omitempty"`
-	CorrelationId string           `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	CallbackUrl   string           `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
-	Payload       *structpb.Struct `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
+	WorkflowId string `protobuf:"bytes,4,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// Where the job is in its lifecycle. Before an orchestrator has created
+	// the job: RECEIVED, QUEUED, or CANCELLING once a cancel was asked for.
+	Status JobStatus `protobuf:"varint,5,opt,name=status,proto3,enum=lucius.v1.JobStatus" json:"status,omitempty"`
+	// The routing pinned at acceptance; every attempt of every step uses it.
+	Routing *Routing `protobuf:"bytes,6,opt,name=routing,proto3" json:"routing,omitempty"`
+	// Where the input lives, as the command gave it.
+	InputRef string `protobuf:"bytes,7,opt,name=input_ref,json=inputRef,proto3" json:"input_ref,omitempty"`
+	// Where the final result is written, as the command gave it.
+	OutputRef string `protobuf:"bytes,8,opt,name=output_ref,json=outputRef,proto3" json:"output_ref,omitempty"`
+	// The command's document id; empty when it gave none.
+	DocId string `protobuf:"bytes,9,opt,name=doc_id,json=docId,proto3" json:"doc_id,omitempty"`
+	// The caller's correlation id from the command; empty when it gave none.
+	CorrelationId string `protobuf:"bytes,10,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// The URL that receives a POST when the job reaches a terminal state, as
+	// the command gave it; empty: none.
+	CallbackUrl string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// The workflow's inputs: the command's payload with the workflow's
+	// defaults applied (the payload as sent until an orchestrator creates the
+	// job).
+	Payload *structpb.Struct `protobuf:"bytes,12,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Orchestrator instance that owns the job, and its fencing epoch.
-	OwnerId    string `protobuf:"bytes,13,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	OwnerEpoch int64  `protobuf:"varint,14,opt,name=owner_epoch,json=ownerEpoch,proto3" json:"owner_epoch,omitempty"`
+	OwnerId string `protobuf:"bytes,13,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// The fencing epoch of that ownership: 1 when an orchestrator creates the
+	// job, one more each time another one takes it over; 0 before creation.
+	OwnerEpoch int64 `protobuf:"varint,14,opt,name=owner_epoch,json=ownerEpoch,proto3" json:"owner_epoch,omitempty"`
 	// Step currently in flight, if any.
 	CurrentStepId string `protobuf:"bytes,15,opt,name=current_step_id,json=currentStepId,proto3" json:"current_step_id,omitempty"`
 	// Why the job failed or was cancelled.
 	Reason string `protobuf:"bytes,16,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Final result location (output_ref once the last step succeeded).
-	ResultRef    string                 `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	ResultRef string `protobuf:"bytes,17,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
+	// When the command was accepted.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the job last changed (the acceptance time until an orchestrator
+	// creates it).
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// When the job reached a terminal state (unset until then).
 	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	// When cancellation was requested.
-	CancelTime      *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
-	WorkflowVersion int32                  `protobuf:"varint,22,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
+	CancelTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	// The version of workflow_id the job runs: the latest when the command
+	// was accepted, pinned for the job's whole life (a replay keeps its
+	// original's).
+	WorkflowVersion int32 `protobuf:"varint,22,opt,name=workflow_version,json=workflowVersion,proto3" json:"workflow_version,omitempty"`
 	// The failed job this one replays, if any.
 	ReplayOf string `protobuf:"bytes,23,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`
 	// The job fails with SLA_EXCEEDED if still running at this time.
@@ -1253,8 +1322,10 @@ type Job struct {
 	SubmittedBy string `protobuf:"bytes,25,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	// The asset the job processes and its revision (see AssetService); empty
 	// and 0 when the command named none.
-	AssetId       string `protobuf:"bytes,26,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
-	AssetRevision int32  `protobuf:"varint,27,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
+	AssetId string `protobuf:"bytes,26,opt,name=asset_id,json=assetId,proto3" json:"asset_id,omitempty"`
+	// The asset revision the job processes (1 for the first command naming
+	// the asset); 0 without an asset, and for a replay, which adds no revision.
+	AssetRevision int32 `protobuf:"varint,27,opt,name=asset_revision,json=assetRevision,proto3" json:"asset_revision,omitempty"`
 	// The command's priority (0–10).
 	Priority      int32 `protobuf:"varint,28,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1489,16 +1560,35 @@ func (x *Job) GetPriority() int32 {
 
 // Attempt is one dispatch of a step to a worker under a fresh lease.
 type Attempt struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	AttemptNo    int32                  `protobuf:"varint,1,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	LeaseId      string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Status       StepStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
-	Routing      *Routing               `protobuf:"bytes,4,opt,name=routing,proto3" json:"routing,omitempty"`
-	WorkerId     string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	FailureClass string                 `protobuf:"bytes,6,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
-	Reason       string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	AckTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt's number within its step, from 1; a replay's attempts
+	// continue the original job's numbering.
+	AttemptNo int32 `protobuf:"varint,1,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// The attempt's lease: a UUID minted for this attempt, which every
+	// callback must echo. Shown to operators only (empty for others).
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Where this attempt got to, in step states, e.g. AWAITING_ACK,
+	// IN_PROGRESS, SUCCEEDED. FAILED_RETRY is both a failed attempt that
+	// another follows and a retry waiting out its backoff.
+	Status StepStatus `protobuf:"varint,3,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
+	// The routing the attempt was dispatched with: the job's pinned routing.
+	Routing *Routing `protobuf:"bytes,4,opt,name=routing,proto3" json:"routing,omitempty"`
+	// The worker instance that acknowledged the attempt or reported on it, as
+	// it names itself in callbacks (the Go SDK's default: <hostname>-<pid>);
+	// empty until one did.
+	WorkerId string `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// RETRYABLE or NON_RETRYABLE when the attempt failed; empty otherwise.
+	FailureClass string `protobuf:"bytes,6,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	// Why the attempt failed or was cancelled: the worker's reason, or the
+	// timeout that ended it; empty otherwise.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the attempt was created and its directive enqueued.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the orchestrator recorded the attempt's pickup: its Ack, or a
+	// Result or Heartbeat that came first (unset until then).
+	AckTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ack_time,json=ackTime,proto3" json:"ack_time,omitempty"`
+	// When the attempt ended: its Result (POLLING included), a timeout or a
+	// cancellation (unset while it runs).
 	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	// The worker must ACK before this time.
 	AckDeadline *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
@@ -1634,33 +1724,61 @@ func (x *Attempt) GetProgress() *structpb.Struct {
 // Step is one node of a job's workflow, or one child of a fan-out node
 // (step_id "<node>[<index>]").
 type Step struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId string                 `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job the step belongs to (64 lowercase hex digits).
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The step's id within its job: the workflow node's id, or
+	// "<node>[<index>]" for a fan-out child.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
 	// The node's position in the workflow definition.
 	StepIndex int32 `protobuf:"varint,3,opt,name=step_index,json=stepIndex,proto3" json:"step_index,omitempty"`
 	// The handler of a task or child; the node type of a control node.
-	StepType string     `protobuf:"bytes,4,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
-	Service  string     `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
-	Status   StepStatus `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
+	StepType string `protobuf:"bytes,4,opt,name=step_type,json=stepType,proto3" json:"step_type,omitempty"`
+	// The worker service a task or child is dispatched to, e.g. ocr; empty
+	// for control nodes.
+	Service string `protobuf:"bytes,5,opt,name=service,proto3" json:"service,omitempty"`
+	// Where the step is in its lifecycle.
+	Status StepStatus `protobuf:"varint,6,opt,name=status,proto3,enum=lucius.v1.StepStatus" json:"status,omitempty"`
 	// Current attempt number (0 before the first dispatch).
-	AttemptNo    int32                  `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
-	MaxAttempts  int32                  `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Output       *structpb.Struct       `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
-	Artifacts    []*ArtifactRef         `protobuf:"bytes,10,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
-	FailureClass string                 `protobuf:"bytes,11,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
-	Reason       string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	Attempts     []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	AttemptNo int32 `protobuf:"varint,7,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	// How many attempts the step may take before it fails for good (the
+	// task's retry.max_attempts, default 3); attempts carried over by a replay
+	// do not count. 0 for control nodes.
+	MaxAttempts int32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// What the step produced, e.g. a task's output from its Result (a POLLING
+	// one too), a conditional's branch and value; unset when there is none.
+	Output *structpb.Struct `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	// What the step wrote when it succeeded (its Result's artifacts, or
+	// those a replay carried over); empty until then.
+	Artifacts []*ArtifactRef `protobuf:"bytes,10,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// RETRYABLE or NON_RETRYABLE: the class of the step's latest recorded
+	// failure (kept while a retry waits out its backoff); empty when none is
+	// recorded. Each attempt carries its own.
+	FailureClass string `protobuf:"bytes,11,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
+	// Why the step is where it is, in words: its latest failure's reason, why
+	// it waits (e.g. CIRCUIT_OPEN: ...), or what a POLLING result reported;
+	// empty when nothing was recorded.
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The step's attempts in this job, by attempt_no.
+	Attempts []*Attempt `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// When the step was created: with its job, or when its fan-out expanded
+	// for a child.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the step last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// When the step reached a terminal state (unset until then).
 	CompleteTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=complete_time,json=completeTime,proto3" json:"complete_time,omitempty"`
 	// The workflow node, and its type: start, end, task, conditional, fan_out,
 	// fan_in, or child for a fan-out child.
 	NodeId string `protobuf:"bytes,17,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Kind   string `protobuf:"bytes,18,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The step's kind: start, end, task, conditional, fan_out, fan_in, or
+	// child for a fan-out child.
+	Kind string `protobuf:"bytes,18,opt,name=kind,proto3" json:"kind,omitempty"`
 	// A child's fan-out step and index.
 	ParentStepId string `protobuf:"bytes,19,opt,name=parent_step_id,json=parentStepId,proto3" json:"parent_step_id,omitempty"`
-	ChildIndex   int32  `protobuf:"varint,20,opt,name=child_index,json=childIndex,proto3" json:"child_index,omitempty"`
+	// A fan-out child's index among its siblings, from 0 (0 for a step that
+	// is not a child).
+	ChildIndex int32 `protobuf:"varint,20,opt,name=child_index,json=childIndex,proto3" json:"child_index,omitempty"`
 	// The rendered params sent as the directive's payload.
 	Params *structpb.Struct `protobuf:"bytes,21,opt,name=params,proto3" json:"params,omitempty"`
 	// A fan-out's children by state.
@@ -1855,12 +1973,18 @@ func (x *Step) GetChildren() *ChildCounts {
 
 // ChildCounts counts a fan-out's children by state.
 type ChildCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
-	Pending       int32                  `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
-	Succeeded     int32                  `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
-	Failed        int32                  `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Children the fan-out expanded into; those cancelled count in no other
+	// field.
+	Total int32 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// Children not dispatched yet.
+	Pending int32 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	// Children dispatched and not ended yet (retries included).
+	Running int32 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	// Children that succeeded.
+	Succeeded int32 `protobuf:"varint,4,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Children that failed for good.
+	Failed        int32 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1934,17 +2058,28 @@ func (x *ChildCounts) GetFailed() int32 {
 type JobEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increasing sequence number; events of one job are ordered by it.
-	EventId   int64  `protobuf:"varint,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	JobId     string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	StepId    string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	AttemptNo int32  `protobuf:"varint,4,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
+	EventId int64 `protobuf:"varint,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// The job the event belongs to (64 lowercase hex digits).
+	JobId string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The step the event concerns; empty for a job-level event.
+	StepId string `protobuf:"bytes,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The step's attempt the event concerns; 0 when it concerns none.
+	AttemptNo int32 `protobuf:"varint,4,opt,name=attempt_no,json=attemptNo,proto3" json:"attempt_no,omitempty"`
 	// What happened, e.g. JOB_ACCEPTED, STEP_STATUS_CHANGED, CALLBACK_REJECTED.
-	Type       string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
+	// The job's or step's status before a status change, without its enum
+	// prefix (e.g. QUEUED); empty for other events, and for JOB_ACCEPTED and
+	// JOB_CREATED, which start the job.
 	FromStatus string `protobuf:"bytes,6,opt,name=from_status,json=fromStatus,proto3" json:"from_status,omitempty"`
-	ToStatus   string `protobuf:"bytes,7,opt,name=to_status,json=toStatus,proto3" json:"to_status,omitempty"`
+	// The status the event moved the job or step to, without its enum prefix
+	// (e.g. IN_PROGRESS); empty for events that change no status.
+	ToStatus string `protobuf:"bytes,7,opt,name=to_status,json=toStatus,proto3" json:"to_status,omitempty"`
 	// Machine-readable reason, e.g. STALE_ATTEMPT, LEASE_MISMATCH.
-	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
-	Data          *structpb.Struct       `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The event's details, by type, e.g. an ATTEMPT_CREATED's lease_id,
+	// topic and partition; unset when it has none.
+	Data *structpb.Struct `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
+	// When the event was recorded.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2052,8 +2187,9 @@ func (x *JobEvent) GetCreateTime() *timestamppb.Timestamp {
 
 // GetJobRequest names a job.
 type GetJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's id: 64 lowercase hex digits (SubmitResponse.job_id).
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2097,8 +2233,10 @@ func (x *GetJobRequest) GetJobId() string {
 
 // GetJobResponse carries the job.
 type GetJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job; before an orchestrator has created it, its early view
+	// (RECEIVED, QUEUED or CANCELLING).
+	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2243,7 +2381,8 @@ func (x *ListJobsRequest) GetCreateTimeBefore() *timestamppb.Timestamp {
 // ListJobsResponse is one page of jobs.
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// This page's jobs, newest first.
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2297,10 +2436,14 @@ func (x *ListJobsResponse) GetNextPageToken() string {
 // ListJobStepsRequest names a job and pages its steps.
 type ListJobStepsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	View  StepView               `protobuf:"varint,2,opt,name=view,proto3,enum=lucius.v1.StepView" json:"view,omitempty"`
+	// The job's id: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Which steps: those that run work (unset), or every workflow node
+	// (STEP_VIEW_FULL).
+	View StepView `protobuf:"varint,2,opt,name=view,proto3,enum=lucius.v1.StepView" json:"view,omitempty"`
 	// At most this many steps (default 1000, maximum 5000).
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2367,9 +2510,11 @@ func (x *ListJobStepsRequest) GetPageToken() string {
 // ListJobStepsResponse carries the steps in workflow order, each fan-out's
 // children after it.
 type ListJobStepsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*Step                `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's steps, each with its attempts.
+	Steps []*Step `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2421,9 +2566,11 @@ func (x *ListJobStepsResponse) GetNextPageToken() string {
 // ListJobEventsRequest names a job and pages its events.
 type ListJobEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job's id: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// At most this many events (default 200, maximum 1000).
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from a previous answer.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2482,9 +2629,11 @@ func (x *ListJobEventsRequest) GetPageToken() string {
 
 // ListJobEventsResponse is one page of events, oldest first.
 type ListJobEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*JobEvent            `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's events, by event_id.
+	Events []*JobEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2536,7 +2685,8 @@ func (x *ListJobEventsResponse) GetNextPageToken() string {
 // CancelJobRequest names the job to cancel.
 type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job to cancel: 64 lowercase hex digits.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Why, recorded in the job's events.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// An optional id of this request (AIP-155): a retry with the same id by the
@@ -2602,8 +2752,11 @@ func (x *CancelJobRequest) GetRequestId() string {
 
 // CancelJobResponse carries the job after the request.
 type CancelJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job after the request: CANCELLING while work is in flight (or no
+	// orchestrator has created it yet), CANCELLED when nothing was running,
+	// or its terminal state, unchanged.
+	Job           *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

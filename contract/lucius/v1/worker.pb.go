@@ -31,7 +31,9 @@ type HandlerInfo struct {
 	// The name tasks use in workflows, e.g. OCR or raster_validate.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The handler's own version, e.g. 1.4.0.
-	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// What the handler does, in a sentence; kept with it in the handler
+	// catalog and shown by ListWorkers.
 	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -96,7 +98,9 @@ type RegisterWorkerRequest struct {
 	// This instance (stable while it runs), e.g. a pod name.
 	InstanceId string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// The worker program's version.
-	Version       string         `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// The handlers this instance runs; each joins the handler catalog under
+	// this service.
 	Handlers      []*HandlerInfo `protobuf:"bytes,4,rep,name=handlers,proto3" json:"handlers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -162,8 +166,10 @@ func (x *RegisterWorkerRequest) GetHandlers() []*HandlerInfo {
 
 // RegisterWorkerResponse says when to announce again.
 type RegisterWorkerResponse struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	HeartbeatInterval *durationpb.Duration   `protobuf:"bytes,1,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When to announce again (30 s); an instance unseen for three intervals
+	// is no longer live.
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -207,10 +213,15 @@ func (x *RegisterWorkerResponse) GetHeartbeatInterval() *durationpb.Duration {
 
 // WorkerInstance is one running worker of a service.
 type WorkerInstance struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	InstanceId   string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	StartTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instance, as it named itself (RegisterWorkerRequest.instance_id).
+	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The worker program's version it last announced; empty when it gave
+	// none.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// When the instance first announced itself.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When the instance last announced itself.
 	LastSeenTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
 	// Seen within three heartbeat intervals.
 	Live          bool `protobuf:"varint,5,opt,name=live,proto3" json:"live,omitempty"`
@@ -285,10 +296,14 @@ func (x *WorkerInstance) GetLive() bool {
 
 // Worker is a service's workers and the handlers they announced.
 type Worker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Handlers      []*HandlerInfo         `protobuf:"bytes,2,rep,name=handlers,proto3" json:"handlers,omitempty"`
-	Instances     []*WorkerInstance      `protobuf:"bytes,3,rep,name=instances,proto3" json:"instances,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker service, e.g. ocr.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// The handlers the service's most recently seen instance announced.
+	Handlers []*HandlerInfo `protobuf:"bytes,2,rep,name=handlers,proto3" json:"handlers,omitempty"`
+	// The service's instances seen within the last day, by instance_id.
+	Instances []*WorkerInstance `protobuf:"bytes,3,rep,name=instances,proto3" json:"instances,omitempty"`
+	// When one of the service's instances last announced itself.
 	LastSeenTime  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen_time,json=lastSeenTime,proto3" json:"last_seen_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -418,9 +433,11 @@ func (x *ListWorkersRequest) GetPageToken() string {
 
 // ListWorkersResponse lists services seen within the last day, by name.
 type ListWorkersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This page's services, by name.
+	Workers []*Worker `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
