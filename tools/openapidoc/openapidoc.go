@@ -184,6 +184,7 @@ func Finish(in Input) ([]byte, error) {
 		}
 	}
 	doc["paths"] = renamed
+	pathFieldsOptionalInBodies(renamed, schemas)
 	if tags, ok := doc["tags"].([]any); ok {
 		for _, t := range tags {
 			if tag, ok := t.(map[string]any); ok {
@@ -195,6 +196,80 @@ func Finish(in Input) ([]byte, error) {
 	}
 	tidyDescriptions(schemas)
 	return json.MarshalIndent(doc, "", "  ")
+}
+
+// pathFieldsOptionalInBodies drops from a request body's required fields
+// those its route's path carries: with `body: "*"` the gateway takes them from
+// the path (the body's field, when sent, must be equal). A schema that is
+// used elsewhere too (as a response, inside another schema) keeps its
+// required list; the body gets a copy, named <schema>.Body.
+func pathFieldsOptionalInBodies(paths, schemas map[string]any) {
+	elsewhere := map[string]bool{}
+	var walk func(v any, inBody bool)
+	walk = func(v any, inBody bool) {
+		switch t := v.(type) {
+		case map[string]any:
+			for k, child := range t {
+				if k == "$ref" && !inBody {
+					if r, ok := child.(string); ok {
+						elsewhere[strings.TrimPrefix(r, schemaRefRoot)] = true
+					}
+				}
+				walk(child, inBody || k == "requestBody")
+			}
+		case []any:
+			for _, child := range t {
+				walk(child, inBody)
+			}
+		}
+	}
+	walk(paths, false)
+	walk(schemas, false)
+	for _, item := range paths {
+		ops, _ := item.(map[string]any)
+		for _, v := range ops {
+			op, _ := v.(map[string]any)
+			body, ok := op["requestBody"].(map[string]any)
+			if !ok {
+				continue
+			}
+			schemaRef := object(object(object(body, "content"), "application/json"), "schema")
+			name := strings.TrimPrefix(fmt.Sprint(schemaRef["$ref"]), schemaRefRoot)
+			schema, ok := schemas[name].(map[string]any)
+			if !ok {
+				continue
+			}
+			inPath := map[string]bool{}
+			for _, p := range asSlice(op["parameters"]) {
+				if param, ok := p.(map[string]any); ok && param["in"] == "path" {
+					inPath[fmt.Sprint(param["name"])] = true
+				}
+			}
+			var kept []any
+			for _, f := range asSlice(schema["required"]) {
+				if !inPath[fmt.Sprint(f)] {
+					kept = append(kept, f)
+				}
+			}
+			if len(kept) == len(asSlice(schema["required"])) {
+				continue
+			}
+			if elsewhere[name] {
+				copied := map[string]any{}
+				for k, v := range schema {
+					copied[k] = v
+				}
+				schema, name = copied, name+".Body"
+				schemas[name] = schema
+				schemaRef["$ref"] = schemaRefRoot + name
+			}
+			if len(kept) == 0 {
+				delete(schema, "required")
+			} else {
+				schema["required"] = kept
+			}
+		}
+	}
 }
 
 func info(version string) map[string]any {

@@ -275,3 +275,44 @@ func TestCommittedDocumentFollowsTheContractVersion(t *testing.T) {
 		t.Errorf("%d streaming operations, want 2 (WatchJob, WatchJobs)", streams)
 	}
 }
+
+func TestPathFieldsAreNotRequiredInRequestBodies(t *testing.T) {
+	schemas := map[string]any{
+		"lucius.v1.CancelJobRequest": map[string]any{"required": []any{"job_id"}},
+		"lucius.v1.AckRequest":       map[string]any{"required": []any{"job_id", "lease_id"}},
+		"lucius.v1.TenantConfig":     map[string]any{"required": []any{"tenant_id"}},
+		"lucius.v1.GetTenantConfigResponse": map[string]any{"properties": map[string]any{
+			"config": map[string]any{"$ref": schemaRefRoot + "lucius.v1.TenantConfig"}}},
+	}
+	body := func(schema string) map[string]any {
+		return map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": schemaRefRoot + schema}}}}
+	}
+	pathParam := func(name string) map[string]any { return map[string]any{"name": name, "in": "path"} }
+	paths := map[string]any{
+		"/v1/jobs/{job_id}:cancel": map[string]any{"post": map[string]any{
+			"parameters": []any{pathParam("job_id")}, "requestBody": body("lucius.v1.CancelJobRequest")}},
+		"/v1/jobs/{job_id}:ack": map[string]any{"post": map[string]any{
+			"parameters": []any{pathParam("job_id")}, "requestBody": body("lucius.v1.AckRequest")}},
+		"/v1/config/tenants/{tenant_id}": map[string]any{"put": map[string]any{
+			"parameters": []any{pathParam("tenant_id")}, "requestBody": body("lucius.v1.TenantConfig")}},
+	}
+	pathFieldsOptionalInBodies(paths, schemas)
+	required := func(name string) any { return schemas[name].(map[string]any)["required"] }
+	if r := required("lucius.v1.CancelJobRequest"); r != nil {
+		t.Errorf("CancelJobRequest still requires %v", r)
+	}
+	if r := asSlice(required("lucius.v1.AckRequest")); len(r) != 1 || r[0] != "lease_id" {
+		t.Errorf("AckRequest requires %v, want [lease_id]", r)
+	}
+	if r := asSlice(required("lucius.v1.TenantConfig")); len(r) != 1 || r[0] != "tenant_id" {
+		t.Errorf("TenantConfig, also a response, lost its required tenant_id: %v", r)
+	}
+	if r := required("lucius.v1.TenantConfig.Body"); r != nil {
+		t.Errorf("the body copy of TenantConfig requires %v", r)
+	}
+	put := paths["/v1/config/tenants/{tenant_id}"].(map[string]any)["put"].(map[string]any)
+	ref := put["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)["schema"].(map[string]any)["$ref"]
+	if ref != schemaRefRoot+"lucius.v1.TenantConfig.Body" {
+		t.Errorf("the tenant PUT's body is %v", ref)
+	}
+}
