@@ -16,6 +16,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.32.0
 GRPCURL_VERSION            := v1.9.4
+GOLANGCI_LINT_VERSION      := v2.15.0
 GNOSTIC_VERSION            := v0.7.1
 TOOLS_STAMP := $(BIN)/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GRPC_GATEWAY_VERSION)-$(GRPCURL_VERSION)-$(GNOSTIC_VERSION)
 
@@ -71,6 +72,18 @@ $(TOOLS_STAMP):
 	GOBIN=$(BIN) $(GO) install github.com/google/gnostic/cmd/protoc-gen-openapi@$(GNOSTIC_VERSION)
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@rm -f $(BIN)/.tools-* && touch $@
+
+# golangci-lint runs the linters of .golangci.yml (errcheck, staticcheck,
+# revive, gosec, …) on every module; each rule left off there says why.
+GOLANGCI := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+$(GOLANGCI):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	@mv $(BIN)/golangci-lint $@
+
+.PHONY: golangci
+golangci: $(GOLANGCI) ## golangci-lint with .golangci.yml (errcheck, staticcheck, revive, gosec, …) on every module
+	@for m in $(MODULES); do echo "golangci-lint $$m"; (cd $$m && $(GOLANGCI) run --config $(CURDIR)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: protodeps
 protodeps: ## print third-party .proto imports from pinned Go modules into .build/protodeps
@@ -213,7 +226,7 @@ E2E := ./tools/e2e/...
 # fan-out, a runbook, bus dead letters and stranded requests, retries and
 # replay, and the short chaos run.
 E2E_SERVICEBUS := TestChaosShort$$|TestOCREmbeddingSISReachesSucceededOverRESTAndGRPC|TestConditionalWorkflowTakesEachBranchByInput|TestThousandWayFanOutCompletes|TestRunbookRunsABatchOnCompressedTime|TestBusDeadLettersAreListedAndStrandedRequestsRun|TestUnacknowledgedStepIsRetriedDeadLetteredAndReplayed
-test: check-generated openapi-lint check-swaggerui breaking lint build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
+test: check-generated openapi-lint check-swaggerui breaking lint golangci build sbbroker azurite chromium tsclient deploy-check ## run every test, then each fuzz target for FUZZTIME, against a PostgreSQL the run starts itself (or DATABASE_URL)
 	LUCIUS_BIN_DIR=$(BIN) $(BIN)/withpg -dir .build/testpg -- \
 		bash -c 'set -e; $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list $(PACKAGES) | grep -v /tools/e2e); \
 			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(E2E); \

@@ -252,7 +252,7 @@ type fileKeySet struct {
 }
 
 func (f *fileKeySet) VerifySignature(_ context.Context, raw string) ([]byte, error) {
-	sig, err := jose.ParseSigned(raw, signingAlgs)
+	sig, err := jose.ParseSignedCompact(raw, signingAlgs)
 	if err != nil {
 		return nil, err
 	}

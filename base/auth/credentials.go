@@ -58,7 +58,7 @@ func (t *TokenFile) GetRequestMetadata(context.Context, ...string) (map[string]s
 	return map[string]string{"authorization": "Bearer " + tok}, nil
 }
 
-// RequireTransportSecurity: see BearerToken.
+// RequireTransportSecurity is described with BearerToken.
 func (*TokenFile) RequireTransportSecurity() bool { return false }
 
 func (t *TokenFile) current() (string, error) {

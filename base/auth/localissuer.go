@@ -86,7 +86,7 @@ func createLocalKey(dir string) error {
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(privJSON); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write failed: that error is the one to report
 		return err
 	}
 	if err := tmp.Close(); err != nil {

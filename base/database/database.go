@@ -44,7 +44,7 @@ func Open(ctx context.Context, url string, maxConns int32, sets ...migrate.Set) 
 	// postgresql, the statement, rows affected); otelpgx also reports every
 	// query's duration (db.client.operation.duration). Telemetry must be set
 	// up first: the tracer takes the global providers now.
-	var tracer pgx.QueryTracer = otelpgx.NewTracer(otelpgx.WithTrimSQLInSpanName())
+	var tracer pgx.QueryTracer = otelpgx.NewTracer()
 	if cfg.ConnConfig.Tracer != nil {
 		tracer = multitracer.New(cfg.ConnConfig.Tracer, tracer)
 	}

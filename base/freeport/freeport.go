@@ -27,7 +27,7 @@ func Listen() (net.Listener, error) {
 		}
 	}
 	for range 100 {
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", low-10000+rand.IntN(10000))); err == nil {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", low-10000+rand.IntN(10000))); err == nil { //nolint:gosec // G404: a port to try, not a secret
 			return l, nil
 		}
 	}

@@ -204,7 +204,7 @@ func install(ctx context.Context, root, tool string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(filepath.Join(tmp, f), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, f), data, 0o644); err != nil { //nolint:gosec // G703: tmp is our own temp dir, f a name from the tool's fixed file list
 			return "", err
 		}
 	}
@@ -213,7 +213,7 @@ func install(ctx context.Context, root, tool string) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("npm ci in %s: %w: %s", tmp, err, out)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "installed-lock.json"), lock, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "installed-lock.json"), lock, 0o644); err != nil { //nolint:gosec // G703: paths under .build, of our own making
 		return "", err
 	}
 	if installedAlready(dst, lock) {

@@ -36,18 +36,31 @@ func (w *Waits) start(ctx context.Context) context.Context {
 	return ctx
 }
 
+// TraceQueryStart times a query (pgx.QueryTracer).
 func (w *Waits) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	return w.start(ctx)
 }
+
+// TraceQueryEnd is a no-op: the time is taken at the start only.
 func (w *Waits) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart times a batch (pgx.BatchTracer).
 func (w *Waits) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return w.start(ctx)
 }
+
+// TraceBatchQuery is a no-op: the batch is timed as one.
 func (w *Waits) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (w *Waits) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TraceBatchEnd is a no-op.
+func (w *Waits) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TraceCopyFromStart times a COPY (pgx.CopyFromTracer).
 func (w *Waits) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
 	return w.start(ctx)
 }
+
+// TraceCopyFromEnd is a no-op.
 func (w *Waits) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
 
 // NewCountingPool is NewPool with its waits on the server counted (see

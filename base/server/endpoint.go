@@ -123,7 +123,7 @@ func (e *Endpoint) Serve(ctx context.Context, grace time.Duration, ops http.Hand
 	if ops != nil {
 		ops = e.guard.HTTP(ops)
 	}
-	var rest http.Handler = LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
+	rest := LimitBody(e.REST, int64(e.limits.MaxRequestBytes))
 	if e.Front != nil {
 		rest = e.Front(rest)
 	}

@@ -54,8 +54,10 @@ func selfTLS(server *tls.Config) *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, //nolint:gosec // replaced by the pin below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], own) {
+		// VerifyConnection, unlike VerifyPeerCertificate, also runs on
+		// resumed sessions.
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, own) {
 				return errors.New("tls: the endpoint's own gRPC listener presented another certificate")
 			}
 			return nil

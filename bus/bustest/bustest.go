@@ -109,7 +109,7 @@ func (e *env) name(kind string) string {
 	if len(slug) > 24 {
 		slug = slug[:24]
 	}
-	return fmt.Sprintf("bt-%s-%s-%08x", kind, slug, rand.Uint32())
+	return fmt.Sprintf("bt-%s-%s-%08x", kind, slug, rand.Uint32()) //nolint:gosec // G404: a unique test entity name
 }
 
 func (e *env) queue(opts bus.QueueOptions) string {

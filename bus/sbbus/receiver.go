@@ -40,7 +40,7 @@ func (b *Bus) NewReceiver(ctx context.Context, src bus.Source) (bus.Receiver, er
 		return nil, bus.ErrClosed
 	}
 	b.receivers[out] = struct{}{}
-	b.tracked(src, nil)
+	_ = b.tracked(src, nil) // with no error to pass on, it only starts tracking
 	b.tel.Receiving(ctx, out.path)
 	return out, nil
 }

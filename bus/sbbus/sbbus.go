@@ -272,7 +272,7 @@ type redirect struct{ base *url.URL }
 func (r redirect) Do(req *http.Request) (*http.Response, error) {
 	req.URL.Scheme, req.URL.Host = r.base.Scheme, r.base.Host
 	req.Host = r.base.Host
-	return http.DefaultClient.Do(req)
+	return http.DefaultClient.Do(req) //nolint:gosec // G704: the request goes to the namespace the operator configured (r.base)
 }
 
 // TxPublisher is nil: Service Bus cannot take part in a PostgreSQL
@@ -318,6 +318,7 @@ func (b *Bus) isClosed() bool {
 
 // ---------- admin ----------
 
+// EnsureQueue creates a queue, or updates it to opts (bus.Admin).
 func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOptions) error {
 	if b.isClosed() {
 		return bus.ErrClosed
@@ -340,6 +341,7 @@ func (b *Bus) EnsureQueue(ctx context.Context, name string, opts bus.QueueOption
 	return b.tracked(bus.QueueSource(name), mapErr("ensure queue "+name, err))
 }
 
+// EnsureTopic creates a topic, or updates it to opts (bus.Admin).
 func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOptions) error {
 	if b.isClosed() {
 		return bus.ErrClosed
@@ -359,6 +361,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, name string, opts bus.TopicOption
 	return b.tracked(bus.Source{Topic: name}, mapErr("ensure topic "+name, err))
 }
 
+// EnsureSubscription creates a topic subscription with its filter, or updates it (bus.Admin).
 func (b *Bus) EnsureSubscription(ctx context.Context, topic, name string, opts bus.SubscriptionOptions) error {
 	if b.isClosed() {
 		return bus.ErrClosed

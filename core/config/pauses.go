@@ -37,7 +37,7 @@ func (p Pause) Label() string {
 	return p.Scope + " " + p.Key
 }
 
-// ErrNoPause: resume names nothing paused.
+// ErrNoPause means: resume names nothing paused.
 var ErrNoPause = errors.New("not paused")
 
 // Paused returns the pause that holds a job of tenant in lane running

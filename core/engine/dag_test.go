@@ -17,7 +17,7 @@ import (
 )
 
 // succeedWith reports step success with an output.
-func (f *fixture) succeedWith(s ledger.StepWithAttempts, output map[string]any) engine_result {
+func (f *fixture) succeedWith(s ledger.StepWithAttempts, output map[string]any) engineResult {
 	f.t.Helper()
 	out, err := structpb.NewStruct(output)
 	if err != nil {
@@ -29,10 +29,10 @@ func (f *fixture) succeedWith(s ledger.StepWithAttempts, output map[string]any) 
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return engine_result{outcome: r.Outcome, step: r.StepStatus, job: r.JobStatus}
+	return engineResult{outcome: r.Outcome, step: r.StepStatus, job: r.JobStatus}
 }
 
-type engine_result struct {
+type engineResult struct {
 	outcome luciusv1.CallbackOutcome
 	step    ledger.StepStatus
 	job     ledger.JobStatus

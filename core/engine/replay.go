@@ -11,7 +11,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
-// ErrNotReplayable: only a FAILED_FINAL job can be replayed.
+// ErrNotReplayable means: only a FAILED_FINAL job can be replayed.
 var ErrNotReplayable = errors.New("only a FAILED_FINAL job can be replayed")
 
 // ReplayJobID is the id of the n-th replay of jobID (n from 1), derived like

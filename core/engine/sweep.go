@@ -9,7 +9,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
-// ErrFenced: an owner's write named an epoch the job has moved past.
+// ErrFenced means: an owner's write named an epoch the job has moved past.
 var ErrFenced = errors.New("fenced: the job's owner epoch moved on")
 
 // Swept says what a sweeper operation did; Applied is false when the

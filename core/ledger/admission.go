@@ -38,6 +38,7 @@ func (e *LimitError) Error() string {
 // ErrLimitReached matches any *LimitError.
 var ErrLimitReached = errors.New("admission limit reached")
 
+// Is makes every LimitError match ErrLimitReached (errors.Is).
 func (e *LimitError) Is(target error) bool { return target == ErrLimitReached }
 
 // jobSlots names the scopes of one new request and their limits.

@@ -34,10 +34,10 @@ func AssetIDOf(platformID string, platformRefs map[string]string) string {
 	return hex.EncodeToString(sum[:])[:32]
 }
 
-// ErrAssetDeleted: a command names a soft-deleted asset.
+// ErrAssetDeleted means: a command names a soft-deleted asset.
 var ErrAssetDeleted = errors.New("the asset is deleted")
 
-// ErrRevisionNotSucceeded: a rollback names a revision that did not succeed.
+// ErrRevisionNotSucceeded means: a rollback names a revision that did not succeed.
 var ErrRevisionNotSucceeded = errors.New("the revision did not succeed")
 
 // AssetRef is the asset a request names (empty AssetID: none).

@@ -101,19 +101,19 @@ func (t *Tx) SchedulePoll(ctx context.Context, jobID, stepID string, now, next t
 	return nil
 }
 
-// PollDispatched: see SchedulePoll.
+// PollDispatched is described with SchedulePoll.
 func (t *Tx) PollDispatched(ctx context.Context, jobID, stepID string) error {
 	t.tx.hold(fmt.Sprintf("poll dispatched %s/%s", jobID, stepID), sqlPollDispatched, jobID, stepID)
 	return nil
 }
 
-// EndPoll: see SchedulePoll.
+// EndPoll is described with SchedulePoll.
 func (t *Tx) EndPoll(ctx context.Context, jobID, stepID string) error {
 	t.tx.hold(fmt.Sprintf("end poll %s/%s", jobID, stepID), sqlEndPoll, jobID, stepID)
 	return nil
 }
 
-// PollStarted: see SchedulePoll.
+// PollStarted is described with SchedulePoll.
 func (t *Tx) PollStarted(ctx context.Context, jobID, stepID string) (time.Time, error) {
 	var started time.Time
 	err := t.tx.QueryRow(ctx, sqlPollStarted, jobID, stepID).Scan(&started)

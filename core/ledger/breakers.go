@@ -127,7 +127,7 @@ type BreakerChange struct {
 	Principal string
 }
 
-// ErrBreakerMoved: the breaker was not in the state the change starts from
+// ErrBreakerMoved means: the breaker was not in the state the change starts from
 // (another reconciler or an operator changed it first); nothing was written.
 var ErrBreakerMoved = errors.New("the breaker's state changed meanwhile")
 

@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrDefinitionConflict: a different definition is registered under the same version.
+// ErrDefinitionConflict means: a different definition is registered under the same version.
 var ErrDefinitionConflict = errors.New("this version is already registered with different content")
 
-// ErrHandlerConflict: the handler is registered for another service.
+// ErrHandlerConflict means: the handler is registered for another service.
 var ErrHandlerConflict = errors.New("handler is owned by another service")
 
 // StoredDefinition is a registered workflow version.

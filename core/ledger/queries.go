@@ -275,8 +275,6 @@ const (
 	WHERE handlers.service = excluded.service
 	RETURNING service`
 
-	sqlHandlerService = `SELECT service FROM handlers WHERE name = $1`
-
 	sqlHandlers = `SELECT name, service, description FROM handlers ORDER BY name`
 
 	sqlInsertDeadLetter = `INSERT INTO dead_letters (kind, job_id, step_id, attempt_no, reason, description,

@@ -14,6 +14,7 @@ const (
 // The bodies, field for field as in seed 003 (names and order): the
 // scheduler writes them, the runbook executor reads them as an Event.
 
+// BatchInitEvent is batch-init: a batch was detected and its init steps are due.
 type BatchInitEvent struct {
 	MessageType    string `json:"messageType"`
 	RunbookName    string `json:"runbookName"`
@@ -23,6 +24,7 @@ type BatchInitEvent struct {
 	MemberCount    int    `json:"memberCount"`
 }
 
+// PhaseDueEvent is phase-due: a phase of a batch is due for its members.
 type PhaseDueEvent struct {
 	MessageType      string  `json:"messageType"`
 	RunbookName      string  `json:"runbookName"`

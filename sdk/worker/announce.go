@@ -33,7 +33,7 @@ func Announce(ctx context.Context, client luciusv1.WorkerServiceClient, a Announ
 	for {
 		resp, err := client.RegisterWorker(ctx, &luciusv1.RegisterWorkerRequest{Service: a.Service, InstanceId: a.InstanceID,
 			Version: a.Version, Handlers: a.Handlers})
-		wait := interval
+		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:
 			return

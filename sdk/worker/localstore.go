@@ -78,7 +78,7 @@ func LocalStoreLockTimeout(d time.Duration) LocalStoreOption {
 	}
 }
 
-// Open opens the store in the file at path, creating the file (mode 0600)
+// OpenLocalStore opens the store in the file at path, creating the file (mode 0600)
 // and its missing parent directories (mode 0700) if needed. It fails when
 // another Store, in this process or another, has the file open.
 func OpenLocalStore(path string, opts ...LocalStoreOption) (*LocalStore, error) {

@@ -31,7 +31,7 @@ type lockKeeper struct {
 // handler goes on (settling will then fail, and the redelivery finds the
 // attempt's record).
 func (r *Runner) keepLock(ctx context.Context, rcv bus.Receiver, m *bus.Received) *lockKeeper {
-	kctx, cancel := context.WithCancel(ctx)
+	kctx, cancel := context.WithCancel(ctx) //nolint:gosec // G118: the keeper holds cancel and calls it when the message is settled
 	k := &lockKeeper{cancel: cancel, done: make(chan struct{}), until: m.LockedUntil}
 	go func() {
 		defer close(k.done)

@@ -218,7 +218,7 @@ func TestRunnerReportsFailureClassOfExecutorErrors(t *testing.T) {
 			name: "panic is permanent",
 			exec: func(context.Context, *worker.Task) (worker.Result, error) {
 				var m map[string]int
-				m["boom"]++
+				m["boom"]++ //nolint:staticcheck // the panic is what this case tests
 				return worker.Result{}, nil
 			},
 			wantClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE, wantReason: "PANIC: executor panicked",

@@ -165,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0))
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0)) //nolint:gosec // G404: the run's seeded fault plan, reproducible by design
 	faults := planFaults(rng, cfg.Jobs, cfg.FaultRate, sh)
 	r := &Report{Config: cfg, Planned: cfg.Jobs, Start: time.Now()}
 	progress := func(format string, args ...any) {

@@ -52,8 +52,11 @@ func Build(ctx context.Context, repo, tag, out string) (path, version string, er
 	if err != nil {
 		return "", "", err
 	}
-	defer f.Close()
 	if err := zip.CreateFromDir(f, module.Version{Path: path, Version: version}, filepath.Join(src, dir)); err != nil {
+		_ = f.Close() // zipping failed: that error is the one to report
+		return "", "", fmt.Errorf("zip %s@%s: %w", path, version, err)
+	}
+	if err := f.Close(); err != nil {
 		return "", "", fmt.Errorf("zip %s@%s: %w", path, version, err)
 	}
 	mod, err := os.ReadFile(filepath.Join(src, dir, "go.mod"))
@@ -116,5 +119,5 @@ func addToList(list, version string) error {
 			return nil
 		}
 	}
-	return os.WriteFile(list, append(old, version+"\n"...), 0o644)
+	return os.WriteFile(list, append(old, version+"\n"...), 0o644) //nolint:gosec // G703: the proxy folder this tool builds
 }

@@ -104,7 +104,6 @@ type Stack struct {
 	FileRoots []string
 	Files     string
 	Endpoints Endpoints
-	mu        sync.Mutex
 	procs     map[string]*Process
 	order     []string
 	// reserved holds each free port bound until just before the process

@@ -55,7 +55,7 @@ func (i *Issuer) Token(t testing.TB, g auth.Grant) string {
 	return tok
 }
 
-// Partner, Operator and Worker are the grants tests use most.
+// Partner is one of the grants tests use most (with Operator and Worker).
 func Partner(tenants ...string) auth.Grant {
 	return auth.Grant{Subject: "test-partner", Roles: []auth.Role{auth.RolePartner}, Tenants: tenants}
 }

@@ -103,7 +103,7 @@ const (
 	// CodeCredentialUnavailable: no credential could be had for the
 	// account (no key configured for it in shared-key mode, no identity
 	// found by DefaultAzureCredential).
-	CodeCredentialUnavailable = "BLOB_CREDENTIAL_UNAVAILABLE"
+	CodeCredentialUnavailable = "BLOB_CREDENTIAL_UNAVAILABLE" //nolint:gosec // G101: an error code, not a credential
 	// CodeStorageUnavailable: the storage service failed, timed out or
 	// throttled; retryable.
 	CodeStorageUnavailable = "STORAGE_UNAVAILABLE"

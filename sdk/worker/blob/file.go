@@ -112,11 +112,11 @@ func (a Files) open(ref string) (*os.File, int64, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read only, and failing already
 		return nil, 0, fmt.Errorf("read %s: %w", ref, err)
 	}
 	if st.IsDir() {
-		f.Close()
+		_ = f.Close() // read only, and failing already
 		return nil, 0, Permanent(CodeInvalidInput, fmt.Errorf("read %s: is a directory", ref))
 	}
 	return f, st.Size(), nil
@@ -164,7 +164,7 @@ func (a Files) Write(_ context.Context, ref string, r io.Reader, _ WriteOptions)
 	committed := false
 	defer func() {
 		if !committed {
-			f.Close()
+			_ = f.Close()    // the write failed: that error is the one to report
 			root.Remove(tmp) //nolint:errcheck
 		}
 	}()

@@ -182,7 +182,7 @@ func TestMuxTracesReadsAndWrites(t *testing.T) {
 	attrs := func(s sdktrace.ReadOnlySpan) map[string]string {
 		out := map[string]string{}
 		for _, kv := range s.Attributes() {
-			out[string(kv.Key)] = kv.Value.Emit()
+			out[string(kv.Key)] = kv.Value.String()
 		}
 		return out
 	}

@@ -65,7 +65,7 @@ func CheckContract(t *testing.T, handler string, exec worker.Executor, input []b
 		if len(acks) != 1 {
 			t.Fatalf("%d ACKs for the attempt, want 1", len(acks))
 		}
-		if took := acks[0].at.Sub(sent); took > d.GetAckTimeout().AsDuration() {
+		if took := acks[0].At.Sub(sent); took > d.GetAckTimeout().AsDuration() {
 			t.Errorf("ACK took %v, past the directive's ack timeout %v", took, d.GetAckTimeout().AsDuration())
 		}
 		if runs.Load() != 1 {
@@ -367,15 +367,16 @@ type Orchestrator struct {
 
 	mu          sync.Mutex
 	changed     chan struct{}
-	acks        []timedAck
+	acks        []TimedAck
 	results     []*luciusv1.ResultRequest
 	heartbeats  []*luciusv1.HeartbeatRequest
 	checkpoints []*luciusv1.RecordCheckpointRequest
 }
 
-type timedAck struct {
+// TimedAck is an ACK the fake orchestrator received, with when it arrived.
+type TimedAck struct {
 	*luciusv1.AckRequest
-	at time.Time
+	At time.Time
 }
 
 func newOrchestrator(t *testing.T) *Orchestrator {
@@ -402,11 +403,13 @@ func (o *Orchestrator) record(add func()) {
 	o.changed = make(chan struct{})
 }
 
+// Ack records an ACK and applies it.
 func (o *Orchestrator) Ack(_ context.Context, req *luciusv1.AckRequest) (*luciusv1.AckResponse, error) {
-	o.record(func() { o.acks = append(o.acks, timedAck{req, time.Now()}) })
+	o.record(func() { o.acks = append(o.acks, TimedAck{req, time.Now()}) })
 	return &luciusv1.AckResponse{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED, StepStatus: luciusv1.StepStatus_STEP_STATUS_IN_PROGRESS}, nil
 }
 
+// Result records a RESULT and answers with the outcome the test set.
 func (o *Orchestrator) Result(_ context.Context, req *luciusv1.ResultRequest) (*luciusv1.ResultResponse, error) {
 	outcome := luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED
 	o.record(func() {
@@ -420,12 +423,14 @@ func (o *Orchestrator) Result(_ context.Context, req *luciusv1.ResultRequest) (*
 	return &luciusv1.ResultResponse{Outcome: outcome}, nil
 }
 
+// Heartbeat records a heartbeat and extends the lease.
 func (o *Orchestrator) Heartbeat(_ context.Context, req *luciusv1.HeartbeatRequest) (*luciusv1.HeartbeatResponse, error) {
 	o.record(func() { o.heartbeats = append(o.heartbeats, req) })
 	return &luciusv1.HeartbeatResponse{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED,
 		StepStatus: luciusv1.StepStatus_STEP_STATUS_IN_PROGRESS, LeaseExpireTime: timestamppb.New(time.Now().Add(time.Minute))}, nil
 }
 
+// RecordCheckpoint records a checkpoint.
 func (o *Orchestrator) RecordCheckpoint(_ context.Context, req *luciusv1.RecordCheckpointRequest) (*luciusv1.RecordCheckpointResponse, error) {
 	o.record(func() { o.checkpoints = append(o.checkpoints, req) })
 	return &luciusv1.RecordCheckpointResponse{Outcome: luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED,
@@ -457,7 +462,7 @@ func of[T attempt](o *Orchestrator, calls *[]T, d *luciusv1.Directive) []T {
 }
 
 // Acks returns the ACKs of d's attempt, with when each arrived.
-func (o *Orchestrator) Acks(d *luciusv1.Directive) []timedAck { return of(o, &o.acks, d) }
+func (o *Orchestrator) Acks(d *luciusv1.Directive) []TimedAck { return of(o, &o.acks, d) }
 
 // Results returns the RESULTs of d's attempt.
 func (o *Orchestrator) Results(d *luciusv1.Directive) []*luciusv1.ResultRequest {

@@ -77,7 +77,7 @@ func fetchTo(ctx context.Context, url, token, path string, timeout time.Duration
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close() // the copy failed: that error is the one to report
 		return err
 	}
 	return f.Close()

@@ -108,7 +108,7 @@ func (o membersLoad) requests(stdin io.Reader) ([]*luciusv1.LoadMembersRequest, 
 		if err != nil {
 			return nil, 0, err
 		}
-		defer f.Close()
+		defer f.Close() //nolint:errcheck // opened for reading
 		in = f
 	}
 	members, err := runbook.ReadCSV(in)

@@ -82,7 +82,7 @@ func readJoinEnv(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // opened for reading
 	env := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {

@@ -14,7 +14,7 @@ import (
 
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
-	"github.com/jhump/protoreflect/desc"
+	"github.com/jhump/protoreflect/desc" //nolint:staticcheck // protoprint, which writes the .proto files, takes its descriptors
 	"github.com/jhump/protoreflect/desc/protoprint"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -82,7 +82,7 @@ func run(out string) error {
 			return err
 		}
 		if err := printer.PrintProtoFile(wrapped, f); err != nil {
-			f.Close()
+			_ = f.Close() // printing failed: that error is the one to report
 			return fmt.Errorf("print %s: %w", p, err)
 		}
 		if err := f.Close(); err != nil {

@@ -142,7 +142,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 // SameSite=Strict (no other site's request carries it), Path=/ (the REST API
 // is under /v1/).
 func (c *Console) setSession(w http.ResponseWriter, r *http.Request, session string, expires time.Time) {
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: session, Path: "/", Expires: expires,
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite always; Secure whenever served over TLS or from an https console URL (secure), which a plain-http loopback console cannot have
+		Name: SessionCookie, Value: session, Path: "/", Expires: expires,
 		MaxAge: int(time.Until(expires).Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 }
 
@@ -160,7 +161,8 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite always; Secure whenever served over TLS or from an https console URL (secure), which a plain-http loopback console cannot have
+		Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: c.secure(r)})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -112,7 +112,8 @@ func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
 	}
 	state, verifier := newSecret(""), oauth2.GenerateVerifier()
 	landing := base64.RawURLEncoding.EncodeToString([]byte(safeLanding(r.URL.Query().Get("next"))))
-	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: state + "~" + verifier + "~" + landing, Path: flowPath,
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite always; Secure whenever served over TLS or from an https console URL (secure), which a plain-http loopback console cannot have
+		Name: flowCookie, Value: state + "~" + verifier + "~" + landing, Path: flowPath,
 		MaxAge: int(flowTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: c.secure(r)})
 	http.Redirect(w, r, oc.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), http.StatusSeeOther)
 }
@@ -120,7 +121,8 @@ func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
 // oidcCallback trades the provider's code for its access token, and the
 // token's principal for a session.
 func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: flowCookie, Value: "", Path: flowPath, MaxAge: -1, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite always; Secure whenever served over TLS or from an https console URL (secure), which a plain-http loopback console cannot have
+		Name: flowCookie, Value: "", Path: flowPath, MaxAge: -1, HttpOnly: true,
 		SameSite: http.SameSiteLaxMode, Secure: c.secure(r)})
 	q := r.URL.Query()
 	if e := q.Get("error"); e != "" {

@@ -16,10 +16,10 @@ import (
 	"github.com/lucius-platform/lucius/base/auth"
 )
 
-// fakeIdP is an OIDC provider that approves every sign-in at once: its
+// fakeIDP is an OIDC provider that approves every sign-in at once: its
 // token endpoint checks the code and the PKCE verifier, then issues an
 // access token minted by a local issuer the authenticator trusts.
-type fakeIdP struct {
+type fakeIDP struct {
 	srv    *httptest.Server
 	issuer *auth.LocalIssuer
 	grant  auth.Grant
@@ -29,13 +29,13 @@ type fakeIdP struct {
 	redirects  []string
 }
 
-func newFakeIdP(t *testing.T, grant auth.Grant) *fakeIdP {
+func newFakeIDP(t *testing.T, grant auth.Grant) *fakeIDP {
 	t.Helper()
 	li, err := auth.OpenLocalIssuer(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	idp := &fakeIdP{issuer: li, grant: grant, challenges: map[string]string{}}
+	idp := &fakeIDP{issuer: li, grant: grant, challenges: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"issuer": idp.srv.URL, "authorization_endpoint": idp.srv.URL + "/authorize",
@@ -86,7 +86,7 @@ func newFakeIdP(t *testing.T, grant auth.Grant) *fakeIdP {
 }
 
 // oidcFront is a console signing in at idp.
-func oidcFront(t *testing.T, idp *fakeIdP) http.Handler {
+func oidcFront(t *testing.T, idp *fakeIDP) http.Handler {
 	t.Helper()
 	s, _ := newStore(t)
 	authn, err := auth.NewAuthenticator(auth.Config{JWKSFile: idp.issuer.JWKSPath()})
@@ -130,7 +130,7 @@ func startSignIn(t *testing.T, h http.Handler, next string) (*http.Cookie, strin
 
 func TestOIDCSignInOpensASessionOfTheProvidersToken(t *testing.T) {
 	t.Parallel()
-	idp := newFakeIdP(t, auth.Grant{Subject: "carol", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme"}})
+	idp := newFakeIDP(t, auth.Grant{Subject: "carol", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme"}})
 	h := oidcFront(t, idp)
 
 	// Pages send the browser to sign in, keeping where it was going.
@@ -172,7 +172,7 @@ func TestOIDCSignInOpensASessionOfTheProvidersToken(t *testing.T) {
 
 func TestOIDCCallbackRefusesWhatItDidNotStart(t *testing.T) {
 	t.Parallel()
-	idp := newFakeIdP(t, auth.Grant{Subject: "carol", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme"}})
+	idp := newFakeIDP(t, auth.Grant{Subject: "carol", Roles: []auth.Role{auth.RolePartner}, Tenants: []string{"acme"}})
 	h := oidcFront(t, idp)
 	for _, tt := range []struct {
 		name     string
@@ -207,7 +207,7 @@ func TestOIDCCallbackRefusesWhatItDidNotStart(t *testing.T) {
 		})
 	}
 	// A token that grants no Lucius role opens no session.
-	noRole := newFakeIdP(t, auth.Grant{Subject: "mallory", Roles: []auth.Role{"guest"}})
+	noRole := newFakeIDP(t, auth.Grant{Subject: "mallory", Roles: []auth.Role{"guest"}})
 	h = oidcFront(t, noRole)
 	flow, callback := startSignIn(t, h, "/ui/jobs")
 	if rec := serve(h, "GET", callback, flow, nil); rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "grants no Lucius access") {

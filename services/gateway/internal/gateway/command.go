@@ -227,7 +227,7 @@ func refusalPace(retryAfter time.Duration) time.Duration {
 	if p <= 0 {
 		return 0
 	}
-	return p/2 + rand.N(p)
+	return p/2 + rand.N(p) //nolint:gosec // G404: jitter of a Retry-After hint
 }
 
 // maxRefusalPace keeps a long configured Retry-After from holding

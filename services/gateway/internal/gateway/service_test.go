@@ -224,10 +224,8 @@ func TestJobLookupsAndPaging(t *testing.T) {
 	if code, _ := f.rest(t, "GET", "/v1/jobs/not-a-job-id", nil); code != http.StatusBadRequest {
 		t.Fatalf("malformed job id answered %d, want 400", code)
 	}
-	var ids []string
 	for i := range 5 {
-		_, body := f.rest(t, "POST", "/v1/commands", validBody(fmt.Sprintf("page-%d", i)))
-		ids = append(ids, body["job_id"].(string))
+		f.rest(t, "POST", "/v1/commands", validBody(fmt.Sprintf("page-%d", i)))
 	}
 	seen := map[string]bool{}
 	token := ""

@@ -110,8 +110,8 @@ func (h *watchHub) removeTenants(w *tenantWatch) {
 // run reads and hands out new events until ctx ends.
 func (h *watchHub) run(ctx context.Context) {
 	loop.Every(ctx, h.interval, false, func(ctx context.Context) {
-		for h.round(ctx) == watchBatch {
-			// a full batch: read on at once
+		for full := true; full; {
+			full = h.round(ctx) == watchBatch // a full batch: read on at once
 		}
 		h.tenantRound(ctx)
 	})

@@ -54,13 +54,13 @@ type Key struct {
 type State int
 
 const (
-	// Reserved: the id is this call's; run it, then Complete or Release.
+	// Reserved means: the id is this call's; run it, then Complete or Release.
 	Reserved State = iota + 1
-	// Done: a call with this id and body finished; Record holds its answer.
+	// Done means: a call with this id and body finished; Record holds its answer.
 	Done
-	// Running: a call with this id and body is still running.
+	// Running means: a call with this id and body is still running.
 	Running
-	// Mismatch: the id was used for a different request body.
+	// Mismatch means: the id was used for a different request body.
 	Mismatch
 )
 
