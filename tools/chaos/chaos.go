@@ -150,6 +150,13 @@ func env(workflows string) map[string]string {
 		// which then holds its steps for the cool-down (default 30s) and
 		// again after each failed probe. Short like every other timing here.
 		"LUCIUS_BREAKER_COOL_DOWN": "3s",
+		// A HALF_OPEN breaker releases this many held steps per probe round.
+		// With the default 2, a round whose probe was a step faulted on every
+		// attempt reopened the breaker having moved two steps on: 58 held
+		// steps then took longer than the short run's deadline to drain
+		// (fresh10, on Service Bus). The rule that closes the breaker is the
+		// same; only more of the held work moves per round.
+		"LUCIUS_BREAKER_PROBES": "8",
 	}
 }
 
