@@ -16,15 +16,13 @@ import (
 
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/bus/pgbus"
-	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/ledger"
-	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/schema"
 )
 
 // schemaSets are the control plane's schemas, in the order the services
 // apply them. The gateway's console tables and a worker's idempotency store
 // are applied by those processes at start.
-var schemaSets = []migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations, pgbus.Migrations}
+var schemaSets = schema.Sets(pgbus.Migrations)
 
 func migrateCommand(s *session) *cobra.Command {
 	var databaseURL string

@@ -30,6 +30,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/schema"
 	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/services/gateway/internal/console"
 	"github.com/lucius-platform/lucius/services/gateway/internal/docs"
@@ -72,8 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, ledger.Migrations, config.Migrations, runbook.Migrations,
-		console.Migrations, requestid.Migrations)
+	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, schema.Sets(console.Migrations, requestid.Migrations)...)
 	if err != nil {
 		return err
 	}

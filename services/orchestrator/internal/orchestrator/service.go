@@ -27,6 +27,7 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/schema"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
@@ -95,7 +96,7 @@ func (c *Config) defaults() {
 // is the transport. They include every set the gateway, the reconciler and
 // the scheduler apply, so `orchestrator migrate` migrates for all of them.
 func Migrations(b busconfig.Config) []migrate.Set {
-	return append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, b.Migrations()...)
+	return schema.Sets(b.Migrations()...)
 }
 
 // Run serves until ctx ends.

@@ -20,10 +20,10 @@ import (
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/engine"
+	"github.com/lucius-platform/lucius/core/schema"
 
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/egress"
-	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger
 	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		append([]migrate.Set{ledger.Migrations, config.Migrations}, cfg.Bus.Migrations()...)...)
+		schema.Sets(cfg.Bus.Migrations()...)...)
 	if err != nil {
 		return err
 	}

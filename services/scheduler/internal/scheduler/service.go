@@ -44,13 +44,13 @@ import (
 
 	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/loop"
-	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
+	"github.com/lucius-platform/lucius/core/schema"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.
@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log := cfg.Logger
 	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		append([]migrate.Set{ledger.Migrations, config.Migrations, runbook.Migrations}, cfg.Bus.Migrations()...)...)
+		schema.Sets(cfg.Bus.Migrations()...)...)
 	if err != nil {
 		return err
 	}
