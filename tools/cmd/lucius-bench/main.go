@@ -34,6 +34,9 @@ import (
 // benchEnv is added to every process's environment (-env).
 var benchEnv = map[string]string{}
 
+// keepData (-keep) keeps the run's cluster in -data after the run.
+var keepData bool
+
 // profiling, when set (-profile), profiles every process during the run.
 var profiling *profiler
 
@@ -58,6 +61,7 @@ func main() {
 	floodInput := flag.String("flood-input", "", "internal: the flooding client's input_ref")
 	floodWorkspace := flag.String("flood-workspace", "", "internal: the flooding client's workspace")
 	defSize := flag.Bool("defsize", false, "measure what a workflow definition's size costs: 15,000 nodes refused with the default limits, then 1k, 5k and 15k nodes with the limits raised (validate, register, submit → first dispatch, peak RSS per process)")
+	flag.BoolVar(&keepData, "keep", false, "keep the benchmark's cluster in -data after the run (a -history 1000000 run leaves 18 GB); by default it is removed")
 	flag.BoolVar(&walBreakdown, "wal", false, "break the run's WAL per job down by relation, with its full-page images (pg_waldump)")
 	flag.Parse()
 	if *floodTarget != "" {
@@ -107,6 +111,10 @@ func run(bin, data string, n, c int, rate float64, real, closed bool, history in
 	ctx := context.Background()
 	if err := os.RemoveAll(data); err != nil {
 		return err
+	}
+	if !keepData {
+		// Deferred first, so it runs last: after the suite and its cluster stopped.
+		defer os.RemoveAll(data)
 	}
 	out, closeLog, err := logOutput(logPath)
 	if err != nil {
