@@ -33,11 +33,6 @@ const (
 	CSRFHeader    = "X-CSRF-Token"
 )
 
-// contentSecurityPolicy allows the console's own files and nothing else:
-// no inline script or style, no other origin, no framing.
-const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
-	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-
 var (
 	signinPage   = template.Must(template.ParseFS(webFiles, "web/signin.html"))
 	signedInPage = template.Must(template.ParseFS(webFiles, "web/signedin.html"))
@@ -71,18 +66,9 @@ func (c *Console) Front(rest http.Handler) http.Handler {
 	return mux
 }
 
-// secured sets the headers every console response carries.
-func secured(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", contentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer") // a login URL's ticket never leaves in a Referer
-		h.Set("Cache-Control", "no-store")
-		next.ServeHTTP(w, r)
-	})
-}
+// secured sets the browser headers on every console response; its pages
+// show tenants' data, so nothing is stored.
+func secured(next http.Handler) http.Handler { return server.BrowserHeaders(next, "no-store") }
 
 // cookieAuthenticated reports whether a request authenticates with the
 // session cookie: it has one and no Authorization header (a bearer token

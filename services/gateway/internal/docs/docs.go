@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net/http"
 
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/contract/openapi"
 )
 
@@ -23,11 +24,6 @@ const (
 	DocumentPath = "/openapi.json"
 	ViewerPath   = "/docs"
 )
-
-// contentSecurityPolicy allows the viewer's own files and calls to this
-// origin, nothing inline, no framing.
-const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
-	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Front serves /openapi.json and /docs without authentication and hands
 // every other request to next (see server.Endpoint.Front).
@@ -51,15 +47,6 @@ func document(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openapi.JSON)
 }
 
-// secured sets the headers every response of these routes carries.
-func secured(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", contentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-cache")
-		next.ServeHTTP(w, r)
-	})
-}
+// secured sets the browser headers on these public routes; their files may
+// change with a release, so a browser revalidates them.
+func secured(next http.Handler) http.Handler { return server.BrowserHeaders(next, "no-cache") }

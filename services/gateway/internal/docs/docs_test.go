@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/contract/openapi"
 )
 
@@ -52,7 +53,7 @@ func TestDocumentAndViewerArePublicAndEverythingElseGoesBehind(t *testing.T) {
 			if tc.contentType != "" && res.Header.Get("Content-Type") != tc.contentType {
 				t.Errorf("Content-Type %q, want %q", res.Header.Get("Content-Type"), tc.contentType)
 			}
-			if tc.code == http.StatusOK && res.Header.Get("Content-Security-Policy") != contentSecurityPolicy {
+			if tc.code == http.StatusOK && res.Header.Get("Content-Security-Policy") != server.ContentSecurityPolicy {
 				t.Errorf("Content-Security-Policy %q", res.Header.Get("Content-Security-Policy"))
 			}
 		})
