@@ -77,7 +77,9 @@ func startCosts(ctx context.Context, db *pgxpool.Pool, own *ownQueries, s *stack
 	_, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`)
 	c.statementsOK = err == nil
 	c.before = c.counters(ctx)
-	db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&c.startLSN) //nolint:errcheck // no breakdown when unreadable
+	if walBreakdown {
+		db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&c.startLSN) //nolint:errcheck // no breakdown when unreadable
+	}
 	c.calls = c.statements(ctx)
 	c.tables = c.tableWrites(ctx)
 	c.ownBefore = own.n.Load()
@@ -265,7 +267,7 @@ func (c *costs) report(ctx context.Context, jobs int) {
 		c.topStatements(ctx, jobs, 15)
 	}
 	c.topTables(ctx, jobs)
-	if walBreakdown && c.cluster != nil && c.startLSN != "" {
+	if c.cluster != nil && c.startLSN != "" {
 		var end string
 		if err := c.db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&end); err == nil {
 			if err := reportWAL(ctx, c.db, c.cluster, c.startLSN, end, jobs, 12); err != nil {
