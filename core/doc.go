@@ -17,7 +17,9 @@
 //   - registry: stored workflow definitions and the handler catalog;
 //   - config: live configuration (global, per tenant, pauses), watched;
 //   - breaker: the circuit breakers that hold dispatch to a failing service;
-//   - schema: the control plane's migration sets, in one list.
+//   - schema: the control plane's migration sets, in one list;
+//   - bootstrap: what every service's Run opens first (pool and migrations,
+//     live configuration, ledger, bus, topology) and serves with.
 //
 // Packages under internal/ (yamlnode, the YAML node walker; braces, the {{ }}
 // scanner) serve core's own packages and nothing outside it.

@@ -60,20 +60,30 @@ func commands(migrations MigrationsFunc) string {
 }
 
 func run[C any](service string, configure func(*env.Reader) (C, error), start func(context.Context, C, *telemetry.Telemetry) error) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	e := env.New()
 	tcfg := TelemetryConfig(e, service)
 	cfg, err := configure(e)
 	if err = errors.Join(err, e.Err()); err != nil {
 		return err
 	}
+	return Run(context.Background(), tcfg, func(ctx context.Context, tel *telemetry.Telemetry) error {
+		return start(ctx, cfg, tel)
+	})
+}
+
+// Run is the lifecycle every Lucius binary shares, the services' (through
+// Main) and the workers' (worker.Run): it sets up telemetry from tcfg, runs
+// body until body returns, stopping it gracefully by ending its context on
+// SIGINT or SIGTERM (or when ctx ends), and flushes telemetry at the end.
+func Run(ctx context.Context, tcfg telemetry.Config, body func(context.Context, *telemetry.Telemetry) error) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	tel, err := telemetry.Setup(ctx, tcfg)
 	if err != nil {
 		return err
 	}
 	defer tel.Shutdown(context.Background()) //nolint:errcheck // best effort at exit
-	return start(ctx, cfg, tel)
+	return body(ctx, tel)
 }
 
 // TelemetryConfig reads the shared telemetry variables.

@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -130,24 +128,24 @@ func Run(ctx context.Context, opts ...Option) error {
 		opt(o)
 	}
 	e := env.New()
-	if len(os.Args) == 2 && os.Args[1] == "healthcheck" {
+	if len(os.Args) == 2 && os.Args[1] == process.CommandHealthcheck {
 		return process.Healthcheck(ctx, e.String("LUCIUS_WORKER_HTTP_ADDR", defaultHTTPAddr))
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	s, err := readSettings(e, o.catalog())
 	if err != nil {
 		return err
 	}
 	s.runner.Middleware = append(s.runner.Middleware, o.middleware...)
-	tel, err := telemetry.Setup(ctx, s.telemetry)
-	if err != nil {
-		return err
-	}
-	defer tel.Shutdown(context.Background()) //nolint:errcheck
-	log := tel.Logger
+	return process.Run(ctx, s.telemetry, func(ctx context.Context, tel *telemetry.Telemetry) error {
+		return run(ctx, s, o.store, tel)
+	})
+}
 
-	b, store, ready, closeAll, err := openBackends(ctx, s, o.store, log)
+// run is the worker's life inside process.Run: backends, runners, the HTTP
+// server, announcements, then the runners until a signal.
+func run(ctx context.Context, s settings, given Store, tel *telemetry.Telemetry) error {
+	log := tel.Logger
+	b, store, ready, closeAll, err := openBackends(ctx, s, given, log)
 	if err != nil {
 		return err
 	}

@@ -23,14 +23,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/base/database"
+	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/bootstrap"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/schema"
 	"github.com/lucius-platform/lucius/core/workflow"
 	"github.com/lucius-platform/lucius/services/gateway/internal/console"
 	"github.com/lucius-platform/lucius/services/gateway/internal/docs"
@@ -73,21 +71,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, schema.Sets(console.Migrations, requestid.Migrations)...)
+	rt, err := bootstrap.Open(ctx, cfg.Service, bootstrap.Options{
+		Migrations: []migrate.Set{console.Migrations, requestid.Migrations}, SeedGlobal: &cfg.Policy.Seed})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := config.NewStore(pool).SeedGlobal(ctx, cfg.Policy.Seed); err != nil {
-		return err
-	}
-	live, err := config.Watch(ctx, pool, 0, log)
-	if err != nil {
-		return err
-	}
-	defer live.Close()
-	store := ledger.New(pool, log)
-	defer store.Close()
+	defer rt.Close()
+	pool, live, store := rt.Pool, rt.Live, rt.Ledger
 	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir, cfg.WorkflowLimits)
 	if err != nil {
 		return err
@@ -151,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("gateway serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr())
-	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
+	return rt.Serve(ctx, ep)
 }
 
 // acceptedFor202 answers a REST submit with 202 Accepted: the command is

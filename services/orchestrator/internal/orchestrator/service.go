@@ -14,20 +14,17 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/migrate"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/bootstrap"
 	"github.com/lucius-platform/lucius/core/breaker"
-	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
-	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/schema"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
 
@@ -93,10 +90,12 @@ func (c *Config) defaults() {
 
 // Migrations are the schemas an orchestrator applies at start: the ledger,
 // the live configuration, runbooks, and the PostgreSQL bus's tables when that
-// is the transport. They include every set the gateway, the reconciler and
-// the scheduler apply, so `orchestrator migrate` migrates for all of them.
+// is the transport. They include every set the reconciler and the scheduler
+// apply and the gateway's control-plane sets, so `orchestrator migrate`
+// migrates for all of them; the gateway's own tables (console sessions,
+// request ids) it migrates itself at start, under the same lock.
 func Migrations(b busconfig.Config) []migrate.Set {
-	return schema.Sets(b.Migrations()...)
+	return bootstrap.Options{Bus: &b}.Sets()
 }
 
 // Run serves until ctx ends.
@@ -105,33 +104,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := cfg.Logger.With("owner_id", cfg.OwnerID)
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns, Migrations(cfg.Bus)...)
+	cfg.Logger = cfg.Logger.With("owner_id", cfg.OwnerID)
+	log := cfg.Logger
+	rt, err := bootstrap.Open(ctx, cfg.Service, bootstrap.Options{Bus: &cfg.Bus})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	// The live configuration: this process reports the revision it applies.
-	live, err := config.Watch(ctx, pool, 0, log)
-	if err != nil {
-		return err
-	}
-	defer live.Close()
-	store := ledger.New(pool, log)
-	defer store.Close()
+	defer rt.Close()
+	pool, live, store, b := rt.Pool, rt.Live, rt.Ledger, rt.Bus
 	workflows, err := registry.Open(ctx, store, cfg.WorkflowsDir, cfg.WorkflowLimits)
 	if err != nil {
 		return err
 	}
-	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
-	if err != nil {
-		return err
-	}
-	defer b.Close(context.Background()) //nolint:errcheck
 	if cfg.Topology.Services, err = workflows.Services(ctx); err != nil {
 		return err
 	}
-	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
+	if err := rt.Declare(ctx, cfg.Topology); err != nil {
 		return err
 	}
 
@@ -213,5 +201,5 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("orchestrator serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
 		"callback_grpc_target", callbacks.GRPCTarget, "heartbeat", cfg.Ownership.HeartbeatInterval,
 		"orphan_threshold", cfg.Ownership.OrphanThreshold, "orphan_scan", cfg.Ownership.OrphanScan)
-	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
+	return rt.Serve(ctx, ep)
 }

@@ -16,18 +16,15 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/lucius-platform/lucius/base/auth"
-	"github.com/lucius-platform/lucius/base/loop"
-	"github.com/lucius-platform/lucius/bus"
-	"github.com/lucius-platform/lucius/core/breaker"
-	"github.com/lucius-platform/lucius/core/engine"
-	"github.com/lucius-platform/lucius/core/schema"
-
-	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/egress"
+	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/process"
+	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
-	"github.com/lucius-platform/lucius/core/config"
+	"github.com/lucius-platform/lucius/core/bootstrap"
+	"github.com/lucius-platform/lucius/core/breaker"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/workflow"
@@ -104,25 +101,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		schema.Sets(cfg.Bus.Migrations()...)...)
+	rt, err := bootstrap.Open(ctx, cfg.Service, bootstrap.Options{Bus: &cfg.Bus})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	// The live configuration: this process reports the revision it applies.
-	live, err := config.Watch(ctx, pool, 0, log)
-	if err != nil {
-		return err
-	}
-	defer live.Close()
-	store := ledger.New(pool, log)
-	defer store.Close()
-	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
-	if err != nil {
-		return err
-	}
-	defer b.Close(context.Background()) //nolint:errcheck
+	defer rt.Close()
+	pool, live, store, b := rt.Pool, rt.Live, rt.Ledger, rt.Bus
 	// Declare the subscriptions of every service known so far; orchestrators and
 	// workers declare theirs too, before anything is published to them.
 	workflows := registry.New(store, cfg.WorkflowLimits)
@@ -132,7 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if topo.Services, err = workflows.Services(ctx); err != nil {
 			return topo, err
 		}
-		return topo, topology.Declare(ctx, b, topo)
+		return topo, rt.Declare(ctx, topo)
 	}
 	if _, err := declare(ctx); err != nil {
 		return err
@@ -209,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"batch_size", disp.cfg.BatchSize, "poll_interval", disp.cfg.PollInterval,
 		"ack_sweep", cfg.Sweepers.Acks.Interval, "lease_sweep", cfg.Sweepers.Leases.Interval,
 		"callback_grpc_target", cfg.CallbackGRPCTarget)
-	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
+	return rt.Serve(ctx, ep)
 }
 
 // staleOutbox repairs a message stuck in the outbox: it declares the bus

@@ -42,15 +42,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lucius-platform/lucius/base/database"
 	"github.com/lucius-platform/lucius/base/loop"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 	"github.com/lucius-platform/lucius/bus/topology"
-	"github.com/lucius-platform/lucius/core/config"
-	"github.com/lucius-platform/lucius/core/ledger"
+	"github.com/lucius-platform/lucius/core/bootstrap"
 	"github.com/lucius-platform/lucius/core/runbook"
-	"github.com/lucius-platform/lucius/core/schema"
 )
 
 // Config configures the scheduler. Zero values take the defaults noted.
@@ -116,29 +113,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	pool, err := database.Open(ctx, cfg.DatabaseURL, cfg.MaxDBConns,
-		schema.Sets(cfg.Bus.Migrations()...)...)
+	rt, err := bootstrap.Open(ctx, cfg.Service, bootstrap.Options{Bus: &cfg.Bus})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	// The live configuration: this process reports the revision it applies.
-	live, err := config.Watch(ctx, pool, 0, log)
-	if err != nil {
-		return err
-	}
-	defer live.Close()
-	b, err := busconfig.Open(ctx, cfg.Bus, pool, log)
-	if err != nil {
-		return err
-	}
-	defer b.Close(context.Background()) //nolint:errcheck
+	defer rt.Close()
+	pool, store := rt.Pool, rt.Ledger
 	// The topic exists before the first event the dispatcher publishes to it.
-	if err := topology.Declare(ctx, b, cfg.Topology); err != nil {
+	if err := rt.Declare(ctx, cfg.Topology); err != nil {
 		return err
 	}
-	store := ledger.New(pool, log)
-	defer store.Close()
 	sched, err := New(store, runbook.NewStore(pool), cfg)
 	if err != nil {
 		return err
@@ -161,5 +145,5 @@ func Run(ctx context.Context, cfg Config) error {
 
 	log.Info("scheduler serving", "grpc", ep.GRPCAddr(), "http", ep.HTTPAddr(),
 		slog.Duration("tick", cfg.Tick), slog.Int("batch", cfg.Batch))
-	return ep.Serve(ctx, cfg.ShutdownGrace, cfg.Ops, func(ctx context.Context) error { return pool.Ping(ctx) })
+	return rt.Serve(ctx, ep)
 }
