@@ -89,7 +89,7 @@ func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*l
 	if err := s.admit(ctx, "ACK", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Ack(ctx, req)
+	res, err := s.engine.Ack(ctx, callbackKey(req))
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -102,7 +102,11 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 	if err := s.admit(ctx, "RESULT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Result(ctx, req)
+	report, err := resultFromProto(req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	res, err := s.engine.Result(ctx, callbackKey(req), report)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -116,7 +120,11 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	if err := s.admit(ctx, "HEARTBEAT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Heartbeat(ctx, req)
+	hb, err := heartbeatFromProto(req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	res, err := s.engine.Heartbeat(ctx, callbackKey(req), hb)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -134,7 +142,7 @@ func (s *callbackService) RecordCheckpoint(ctx context.Context, req *luciusv1.Re
 	if err := s.admit(ctx, "CHECKPOINT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.RecordCheckpoint(ctx, req)
+	res, err := s.engine.RecordCheckpoint(ctx, callbackKey(req), checkpointFromProto(req))
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
