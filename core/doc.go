@@ -17,7 +17,9 @@
 //   - registry: stored workflow definitions and the handler catalog;
 //   - config: live configuration (global, per tenant, pauses), watched;
 //   - breaker: the circuit breakers that hold dispatch to a failing service;
-//   - schema: the control plane's migration sets, in one list.
+//   - schema: the control plane's migration sets, in one list;
+//   - apistatus: the one mapping from these packages' errors to the gRPC
+//     status and ErrorInfo reason an API answers.
 //
 // Packages under internal/ (yamlnode, the YAML node walker; braces, the {{ }}
 // scanner) serve core's own packages and nothing outside it.
