@@ -19,7 +19,9 @@
 //   - breaker: the circuit breakers that hold dispatch to a failing service;
 //   - schema: the control plane's migration sets, in one list;
 //   - bootstrap: what every service's Run opens first (pool and migrations,
-//     live configuration, ledger, bus, topology) and serves with.
+//     live configuration, ledger, bus, topology) and serves with;
+//   - apistatus: the one mapping from these packages' errors to the gRPC
+//     status and ErrorInfo reason an API answers.
 //
 // Packages under internal/ (yamlnode, the YAML node walker; braces, the {{ }}
 // scanner) serve core's own packages and nothing outside it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -104,7 +105,7 @@ func TestFinishedFailedAndCancelledJobsReleaseTheirSlots(t *testing.T) {
 		{"failed", func(q *luciusv1.QueuedJob) {
 			f.create(q)
 			s := f.current(q.JobId)
-			f.result(q.JobId, s.StepID, 1, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+			f.result(q.JobId, s.StepID, 1, s.LeaseID, engine.ResultFailed, false)
 		}},
 		{"cancelled before an orchestrator claimed it", func(q *luciusv1.QueuedJob) {
 			if _, err := f.eng.Cancel(f.ctx, q.JobId, ""); err != nil {

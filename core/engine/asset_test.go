@@ -3,7 +3,7 @@ package engine_test
 import (
 	"testing"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -37,8 +37,7 @@ func TestJobEndsRecordTheirAssetRevision(t *testing.T) {
 	second := submit(2)
 	s = f.current(second.JobID)
 	f.ack(s)
-	if r := f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED,
-		luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE); r.JobStatus != ledger.JobFailedFinal {
+	if r := f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, false); r.JobStatus != ledger.JobFailedFinal {
 		t.Fatalf("second job %s", r.JobStatus)
 	}
 

@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/breaker"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -85,7 +84,7 @@ func TestBreakerOpensHoldsProbesAndCloses(t *testing.T) {
 		q := f.accept("OCR")
 		f.create(q)
 		s := f.current(q.JobId)
-		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, true)
 		failing = append(failing, q.JobId)
 	}
 	f.round(monitor)
@@ -177,7 +176,7 @@ func TestBreakerReopensOnAFailedProbeAndResets(t *testing.T) {
 		q := f.accept("OCR")
 		f.create(q)
 		s := f.current(q.JobId)
-		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, false)
 	}
 	f.round(monitor)
 	if b := f.breaker("ocr"); b.State != ledger.BreakerClosed {
@@ -187,7 +186,7 @@ func TestBreakerReopensOnAFailedProbeAndResets(t *testing.T) {
 		q := f.accept("OCR")
 		f.create(q)
 		s := f.current(q.JobId)
-		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+		f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, true)
 	}
 	f.round(monitor)
 	if b := f.breaker("ocr"); b.State != ledger.BreakerOpen {
@@ -197,7 +196,7 @@ func TestBreakerReopensOnAFailedProbeAndResets(t *testing.T) {
 	time.Sleep(policy.CoolDown)
 	f.round(monitor)
 	probe := f.current(waiting.JobID)
-	f.result(probe.JobID, probe.StepID, probe.AttemptNo, probe.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+	f.result(probe.JobID, probe.StepID, probe.AttemptNo, probe.LeaseID, engine.ResultFailed, true)
 	f.round(monitor)
 	if b := f.breaker("ocr"); b.State != ledger.BreakerOpen || b.Held != 1 {
 		t.Fatalf("after a failed probe: %+v", b)

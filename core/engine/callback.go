@@ -28,15 +28,23 @@ const (
 	ReasonOutputTooLarge = "OUTPUT_TOO_LARGE"
 )
 
-// callbackKey identifies the attempt a callback speaks for.
-type callbackKey struct {
-	jobID, stepID string
-	attemptNo     int
-	leaseID       string
-	kind          string // ACK, RESULT or HEARTBEAT
-	// correlationID is what the worker echoed from its directive; it is set
+// CallbackKey names the attempt a worker's callback speaks for, as its
+// directive named it, and the worker that calls.
+type CallbackKey struct {
+	JobID, StepID string
+	AttemptNo     int
+	LeaseID       string
+	// CorrelationID is what the worker echoed from its directive; it is set
 	// on the events the callback causes.
-	correlationID string
+	CorrelationID string
+	// WorkerID names the worker instance; empty when it gave none.
+	WorkerID string
+}
+
+// callbackKey is a CallbackKey with the kind of callback it came with.
+type callbackKey struct {
+	CallbackKey
+	kind string // ACK, RESULT, HEARTBEAT or CHECKPOINT
 }
 
 // callbackTx runs a callback's transaction and sets the correlation id the
@@ -45,7 +53,7 @@ type callbackKey struct {
 func (e *Engine) callbackTx(ctx context.Context, key callbackKey, fn func(tx *ledger.Tx) error) error {
 	return e.store.InTx(ctx, func(tx *ledger.Tx) error {
 		err := fn(tx)
-		tx.Annotate(key.jobID, "correlation_id", key.correlationID)
+		tx.Annotate(key.JobID, "correlation_id", key.CorrelationID)
 		return err
 	})
 }
@@ -59,8 +67,8 @@ type AckResult struct {
 // Ack applies a worker's pickup signal: DISPATCHING or AWAITING_ACK become
 // IN_PROGRESS with the execution lease running, and the job becomes
 // IN_PROGRESS on its first acknowledged step.
-func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "ACK", req.GetCorrelationId()}
+func (e *Engine) Ack(ctx context.Context, k CallbackKey) (AckResult, error) {
+	key := callbackKey{k, "ACK"}
 	var out AckResult
 	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
@@ -74,9 +82,9 @@ func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, 
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
 		}
-		if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+		if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {
 			return err
 		}
 		if err := writeStep(ctx, tx, step, attempt); err != nil {
@@ -86,6 +94,38 @@ func (e *Engine) Ack(ctx context.Context, req *luciusv1.AckRequest) (AckResult, 
 		return tx.UpdateJob(ctx, job)
 	})
 	return out, err
+}
+
+// ResultStatus is how an attempt ended, as its worker reports it.
+type ResultStatus string
+
+// The statuses a RESULT reports.
+const (
+	// ResultSucceeded: the attempt did its work; its output and artifacts
+	// are kept on the step.
+	ResultSucceeded ResultStatus = "SUCCEEDED"
+	// ResultFailed: the attempt failed; Result.Retryable decides whether
+	// the step is retried.
+	ResultFailed ResultStatus = "FAILED"
+	// ResultPolling: the work goes on elsewhere; the step waits in POLLING
+	// with its attempt closed until it is polled again.
+	ResultPolling ResultStatus = "POLLING"
+)
+
+// Result is how an attempt ended (a worker's RESULT).
+type Result struct {
+	// Status is SUCCEEDED, FAILED or POLLING; any other value is a failure.
+	Status ResultStatus
+	// Retryable makes a failed attempt worth another after the node's
+	// backoff; otherwise the step fails for good.
+	Retryable bool
+	// Reason says why the attempt failed, or how a POLLING step is doing.
+	Reason string
+	// Output is the attempt's output, a JSON object (a POLLING step's
+	// progress); nil when it has none.
+	Output json.RawMessage
+	// Artifacts are the files a successful attempt produced.
+	Artifacts []ledger.Artifact
 }
 
 // ResultResult is the answer to Result.
@@ -100,8 +140,8 @@ type ResultResult struct {
 // backoff) or fails the step for good, which fails the job fast unless the
 // node has an on_failure path. A RESULT before any ACK implies the ACK. The
 // result of a step still running when its job ended is recorded on the step only.
-func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (ResultResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "RESULT", req.GetCorrelationId()}
+func (e *Engine) Result(ctx context.Context, k CallbackKey, res Result) (ResultResult, error) {
+	key := callbackKey{k, "RESULT"}
 	var out ResultResult
 	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
@@ -116,14 +156,14 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
-			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+			if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {
 				return err
 			}
 		}
-		attempt.WorkerID = firstNonEmpty(req.GetWorkerId(), attempt.WorkerID)
+		attempt.WorkerID = firstNonEmpty(k.WorkerID, attempt.WorkerID)
 		attempt.CompletedAt = now
 		var r *run
 		if !job.Status.Terminal() {
@@ -134,7 +174,7 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 				step = node // the run's copy, so evaluation sees this result
 			}
 		}
-		if err := e.settle(ctx, tx, r, job, step, attempt, req, now); err != nil {
+		if err := e.settle(ctx, tx, r, job, step, attempt, res, now); err != nil {
 			return err
 		}
 		metrics.stepResult(tx, step, attempt, now)
@@ -152,9 +192,9 @@ func (e *Engine) Result(ctx context.Context, req *luciusv1.ResultRequest) (Resul
 // settle records how an attempt ended on the step, its attempt and, for a
 // fan-out child, its parent's counters. r is nil when the job already ended.
 func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.Job, step *ledger.Step,
-	attempt *ledger.Attempt, req *luciusv1.ResultRequest, now time.Time) error {
-	if req.GetStatus() == luciusv1.ResultStatus_RESULT_STATUS_POLLING {
-		if err := e.poll(ctx, tx, job, step, attempt, req, now); err != nil {
+	attempt *ledger.Attempt, res Result, now time.Time) error {
+	if res.Status == ResultPolling {
+		if err := e.poll(ctx, tx, job, step, attempt, res, now); err != nil {
 			return err
 		}
 		return schedulePoll(ctx, tx, r, step, now)
@@ -164,26 +204,22 @@ func (e *Engine) settle(ctx context.Context, tx *ledger.Tx, r *run, job *ledger.
 			return err
 		}
 	}
-	if req.GetStatus() != luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED {
-		f := failure{class: classNonRetryable, code: "RESULT_FAILED_NON_RETRYABLE", reason: req.GetReason(), backoff: true}
-		if req.GetFailureClass() == luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE {
+	if res.Status != ResultSucceeded {
+		f := failure{class: classNonRetryable, code: "RESULT_FAILED_NON_RETRYABLE", reason: res.Reason, backoff: true}
+		if res.Retryable {
 			f.class, f.code = classRetryable, "RESULT_FAILED_RETRYABLE"
 		}
 		return e.failAttempt(ctx, tx, r, job, step, attempt, f, now)
 	}
-	if req.GetOutput() != nil {
-		output, err := protojson.Marshal(req.GetOutput())
-		if err != nil {
-			return err
-		}
-		if len(output) > e.cfg.OutputLimit {
+	if res.Output != nil {
+		if len(res.Output) > e.cfg.OutputLimit {
 			return e.failAttempt(ctx, tx, r, job, step, attempt, failure{class: classNonRetryable, code: ReasonOutputTooLarge,
 				reason: fmt.Sprintf("%s: the output is %d bytes, over the %d-byte limit; write large results as artifacts and return their refs",
-					ReasonOutputTooLarge, len(output), e.cfg.OutputLimit)}, now)
+					ReasonOutputTooLarge, len(res.Output), e.cfg.OutputLimit)}, now)
 		}
-		step.Output = json.RawMessage(output)
+		step.Output = res.Output
 	}
-	step.Artifacts = artifactsFromProto(req.GetArtifacts())
+	step.Artifacts = res.Artifacts
 	setStepStatus(tx, step, ledger.StepSucceeded, "RESULT_SUCCEEDED", now)
 	attempt.Status = ledger.StepSucceeded
 	parent, err := e.parentOf(ctx, tx, r, job, step)
@@ -289,6 +325,13 @@ func (e *Engine) writeSettled(ctx context.Context, tx *ledger.Tx, r *run, step *
 	return tx.UpdateStep(ctx, parent)
 }
 
+// Heartbeat is what a worker's heartbeat reports besides being alive.
+type Heartbeat struct {
+	// Progress is the attempt's progress, a JSON object; nil when it gave
+	// none (the last one recorded stays).
+	Progress json.RawMessage
+}
+
 // HeartbeatResult is the answer to Heartbeat.
 type HeartbeatResult struct {
 	Outcome        Outcome
@@ -300,8 +343,8 @@ type HeartbeatResult struct {
 
 // Heartbeat extends the lease of the current attempt by the node's timeout
 // and records its progress. A heartbeat before any ACK implies the ACK.
-func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) (HeartbeatResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "HEARTBEAT", req.GetCorrelationId()}
+func (e *Engine) Heartbeat(ctx context.Context, k CallbackKey, hb Heartbeat) (HeartbeatResult, error) {
+	key := callbackKey{k, "HEARTBEAT"}
 	var out HeartbeatResult
 	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		now := e.cfg.Now()
@@ -315,10 +358,10 @@ func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) 
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
-			if err := e.startStep(ctx, tx, job, step, attempt, req.GetWorkerId(), now); err != nil {
+			if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {
 				return err
 			}
 			if err := tx.UpdateStep(ctx, step); err != nil {
@@ -330,10 +373,8 @@ func (e *Engine) Heartbeat(ctx context.Context, req *luciusv1.HeartbeatRequest) 
 			return err
 		}
 		attempt.LeaseExpiresAt, attempt.LastHeartbeatAt = now.Add(timeout), now
-		if req.GetProgress() != nil {
-			if attempt.Progress, err = protojson.Marshal(req.GetProgress()); err != nil {
-				return err
-			}
+		if hb.Progress != nil {
+			attempt.Progress = hb.Progress
 		}
 		if err := tx.UpdateAttempt(ctx, attempt); err != nil {
 			return err
@@ -364,9 +405,9 @@ func (e *Engine) timeout(ctx context.Context, job *ledger.Job, step *ledger.Step
 // lockStep locks the job and the named step and returns them with the
 // attempt the callback names (nil when there is none), in one round trip.
 func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job, *ledger.Step, *ledger.Attempt, error) {
-	job, step, attempt, err := tx.LockCallback(ctx, key.jobID, key.stepID, key.attemptNo)
+	job, step, attempt, err := tx.LockCallback(ctx, key.JobID, key.StepID, key.AttemptNo)
 	if job != nil && (errors.Is(err, ledger.ErrNotFound) || (err == nil && !step.Executable())) {
-		return nil, nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.jobID, key.stepID, ErrUnknownStep)
+		return nil, nil, nil, fmt.Errorf("job %s has no step %q that runs work: %w", key.JobID, key.StepID, ErrUnknownStep)
 	}
 	return job, step, attempt, err
 }
@@ -376,7 +417,7 @@ func lockStep(ctx context.Context, tx *ledger.Tx, key callbackKey) (*ledger.Job,
 // alreadyApplied tells whether this kind of callback already took effect for
 // the current attempt (an ACK for a step that is already running).
 func checkCallback(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, key callbackKey, alreadyApplied bool) (Outcome, bool) {
-	current := key.attemptNo == step.AttemptNo && key.leaseID == step.LeaseID
+	current := key.AttemptNo == step.AttemptNo && key.LeaseID == step.LeaseID
 	var outcome Outcome
 	var reason string
 	switch {
@@ -384,9 +425,9 @@ func checkCallback(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, key callba
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE, ReasonDuplicate
 	case step.Status.Terminal():
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL, ReasonAfterTerminal
-	case key.attemptNo != step.AttemptNo:
+	case key.AttemptNo != step.AttemptNo:
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_STALE_ATTEMPT, ReasonStaleAttempt
-	case key.leaseID != step.LeaseID:
+	case key.LeaseID != step.LeaseID:
 		outcome, reason = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_LEASE_MISMATCH, ReasonLeaseMismatch
 	default:
 		return 0, false
@@ -395,8 +436,8 @@ func checkCallback(tx *ledger.Tx, job *ledger.Job, step *ledger.Step, key callba
 	if outcome == luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE {
 		typ = ledger.EventCallbackDuplicate
 	}
-	tx.Append(ledger.Event{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo, Type: typ, Reason: reason,
-		Data: map[string]any{"callback": key.kind, "lease_id": key.leaseID, "current_attempt_no": step.AttemptNo,
+	tx.Append(ledger.Event{JobID: key.JobID, StepID: key.StepID, AttemptNo: key.AttemptNo, Type: typ, Reason: reason,
+		Data: map[string]any{"callback": key.kind, "lease_id": key.LeaseID, "current_attempt_no": step.AttemptNo,
 			"step_status": string(step.Status), "job_status": string(job.Status)}})
 	return outcome, true
 }
@@ -436,15 +477,6 @@ func writeStep(ctx context.Context, tx *ledger.Tx, step *ledger.Step, attempt *l
 	return tx.UpdateAttempt(ctx, attempt)
 }
 
-func artifactsFromProto(refs []*luciusv1.ArtifactRef) []ledger.Artifact {
-	out := make([]ledger.Artifact, len(refs))
-	for i, r := range refs {
-		out[i] = ledger.Artifact{Name: r.GetName(), URI: r.GetUri(), MediaType: r.GetMediaType(),
-			SizeBytes: r.GetSizeBytes(), SHA256: r.GetSha256()}
-	}
-	return out
-}
-
 func firstNonEmpty(a, b string) string {
 	if a != "" {
 		return a
@@ -455,6 +487,7 @@ func firstNonEmpty(a, b string) string {
 // DetachedDirective returns the whole directive of an attempt whose bus
 // message carried it detached (Directive.detached). ErrNotFound when the
 // attempt does not exist, was sent whole, or leaseID is not its lease.
+// It answers a contract Directive: the bus message the engine itself wrote.
 func (e *Engine) DetachedDirective(ctx context.Context, jobID, stepID string, attemptNo int, leaseID string) (*luciusv1.Directive, error) {
 	body, lease, err := e.store.DetachedDirective(ctx, jobID, stepID, attemptNo)
 	if err != nil {

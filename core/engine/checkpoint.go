@@ -9,6 +9,16 @@ import (
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
+// Checkpoint is a checkpoint a worker saved of its step's progress.
+type Checkpoint struct {
+	Name      string
+	URI       string
+	SizeBytes int64
+	SHA256    string
+	// SavedAt is when the worker saved it; zero when it did not say.
+	SavedAt time.Time
+}
+
 // CheckpointResult is the answer to RecordCheckpoint.
 type CheckpointResult struct {
 	Outcome    Outcome
@@ -19,8 +29,8 @@ type CheckpointResult struct {
 // of a step (seed 001 §11): the worker saved a checkpoint of the step's
 // progress in the job's workspace. It changes no state. A checkpoint of an
 // attempt that no longer owns the step is rejected like any stale callback.
-func (e *Engine) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheckpointRequest) (CheckpointResult, error) {
-	key := callbackKey{req.GetJobId(), req.GetStepId(), int(req.GetAttemptNo()), req.GetLeaseId(), "CHECKPOINT", req.GetCorrelationId()}
+func (e *Engine) RecordCheckpoint(ctx context.Context, k CallbackKey, c Checkpoint) (CheckpointResult, error) {
+	key := callbackKey{k, "CHECKPOINT"}
 	var out CheckpointResult
 	err := e.callbackTx(ctx, key, func(tx *ledger.Tx) error {
 		job, step, attempt, err := lockStep(ctx, tx, key)
@@ -33,16 +43,16 @@ func (e *Engine) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheck
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.jobID, key.stepID, key.attemptNo, ledger.ErrNotFound)
+			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
 		}
-		data := map[string]any{"checkpoint_name": req.GetCheckpointName(), "uri": req.GetUri(),
-			"size_bytes": req.GetSizeBytes(), "sha256": req.GetSha256(), "worker_id": req.GetWorkerId()}
-		if t := req.GetSaveTime(); t != nil {
-			data["save_time"] = t.AsTime().UTC().Format(time.RFC3339Nano)
+		data := map[string]any{"checkpoint_name": c.Name, "uri": c.URI,
+			"size_bytes": c.SizeBytes, "sha256": c.SHA256, "worker_id": k.WorkerID}
+		if !c.SavedAt.IsZero() {
+			data["save_time"] = c.SavedAt.UTC().Format(time.RFC3339Nano)
 		}
 		// A worker retries a call whose answer it lost: the same save (name,
 		// content, time) is one event.
-		seen, err := tx.HasAttemptEvent(ctx, ledger.AttemptKey{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo},
+		seen, err := tx.HasAttemptEvent(ctx, ledger.AttemptKey{JobID: key.JobID, StepID: key.StepID, AttemptNo: key.AttemptNo},
 			ledger.EventCheckpointSaved, map[string]any{"checkpoint_name": data["checkpoint_name"], "sha256": data["sha256"],
 				"save_time": data["save_time"]})
 		if err != nil {
@@ -53,7 +63,7 @@ func (e *Engine) RecordCheckpoint(ctx context.Context, req *luciusv1.RecordCheck
 			out.Outcome = luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE
 			return nil
 		}
-		tx.Append(ledger.Event{JobID: key.jobID, StepID: key.stepID, AttemptNo: key.attemptNo, Type: ledger.EventCheckpointSaved,
+		tx.Append(ledger.Event{JobID: key.JobID, StepID: key.StepID, AttemptNo: key.AttemptNo, Type: ledger.EventCheckpointSaved,
 			Data: data})
 		return nil
 	})

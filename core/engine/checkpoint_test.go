@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -16,9 +14,10 @@ import (
 
 func (f *fixture) checkpoint(jobID, stepID string, attempt int, lease, name string) engine.CheckpointResult {
 	f.t.Helper()
-	r, err := f.eng.RecordCheckpoint(f.ctx, &luciusv1.RecordCheckpointRequest{JobId: jobID, StepId: stepID, AttemptNo: int32(attempt),
-		LeaseId: lease, CheckpointName: name, Uri: "file:///ws/checkpoints/" + stepID + "/" + name, SizeBytes: 12,
-		Sha256: strings.Repeat("ab", 32), SaveTime: timestamppb.Now(), WorkerId: "w1", CorrelationId: "corr-1"})
+	r, err := f.eng.RecordCheckpoint(f.ctx, engine.CallbackKey{JobID: jobID, StepID: stepID, AttemptNo: attempt, LeaseID: lease,
+		WorkerID: "w1", CorrelationID: "corr-1"},
+		engine.Checkpoint{Name: name, URI: "file:///ws/checkpoints/" + stepID + "/" + name, SizeBytes: 12,
+			SHA256: strings.Repeat("ab", 32), SavedAt: time.Now()})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -101,20 +100,20 @@ func TestRecordCheckpointRetriedIsRecordedOnce(t *testing.T) {
 	f.create(q)
 	s := f.current(q.JobId)
 	f.ack(s)
-	save := &luciusv1.RecordCheckpointRequest{JobId: q.JobId, StepId: s.StepID, AttemptNo: int32(s.AttemptNo), LeaseId: s.LeaseID,
-		CheckpointName: "progress", Uri: "file:///ws/checkpoints/ocr/progress", SizeBytes: 4, Sha256: strings.Repeat("cd", 32),
-		SaveTime: timestamppb.Now(), WorkerId: "w1"}
-	later := proto.Clone(save).(*luciusv1.RecordCheckpointRequest)
-	later.SaveTime = timestamppb.New(save.GetSaveTime().AsTime().Add(time.Second))
+	key := engine.CallbackKey{JobID: q.JobId, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID, WorkerID: "w1"}
+	save := engine.Checkpoint{Name: "progress", URI: "file:///ws/checkpoints/ocr/progress", SizeBytes: 4, SHA256: strings.Repeat("cd", 32),
+		SavedAt: time.Now()}
+	later := save
+	later.SavedAt = save.SavedAt.Add(time.Second)
 	for i, tc := range []struct {
-		req  *luciusv1.RecordCheckpointRequest
+		req  engine.Checkpoint
 		want luciusv1.CallbackOutcome
 	}{
 		{save, applied},
 		{save, luciusv1.CallbackOutcome_CALLBACK_OUTCOME_DUPLICATE},
 		{later, applied},
 	} {
-		r, err := f.eng.RecordCheckpoint(f.ctx, tc.req)
+		r, err := f.eng.RecordCheckpoint(f.ctx, key, tc.req)
 		if err != nil || r.Outcome != tc.want {
 			t.Fatalf("call %d: %v (%v), want %v", i+1, r.Outcome, err, tc.want)
 		}

@@ -26,6 +26,7 @@ type Created struct {
 // workflow node, and starts what the workflow starts with, in one transaction.
 // A redelivered message finds the job and changes nothing. A request cancelled
 // before any orchestrator claimed it becomes a CANCELLED job at once.
+// q stays a contract type: it is the bus message the engine consumes, not an RPC's request.
 func (e *Engine) CreateJob(ctx context.Context, q *luciusv1.QueuedJob, owner string) (Created, error) {
 	var out Created
 	err := e.store.InTx(ctx, func(tx *ledger.Tx) error {

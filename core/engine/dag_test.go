@@ -8,10 +8,9 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/workflow"
 )
@@ -19,13 +18,9 @@ import (
 // succeedWith reports step success with an output.
 func (f *fixture) succeedWith(s ledger.StepWithAttempts, output map[string]any) engineResult {
 	f.t.Helper()
-	out, err := structpb.NewStruct(output)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now(), Output: out,
-		Artifacts: []*luciusv1.ArtifactRef{{Name: "out", Uri: "file:///tmp/ws/" + s.StepID + ".json"}}})
+	r, err := f.eng.Result(f.ctx, engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID},
+		engine.Result{Status: engine.ResultSucceeded, Output: object(f.t, output),
+			Artifacts: []ledger.Artifact{{Name: "out", URI: "file:///tmp/ws/" + s.StepID + ".json"}}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -142,11 +137,11 @@ func TestFanOutSurvivesConcurrentResultsAndFiresFanInOnce(t *testing.T) {
 	errs := make(chan error, n)
 	for i, k := range kids {
 		wg.Add(1)
+		out := object(t, map[string]any{"tile": i})
 		go func() {
 			defer wg.Done()
-			out, _ := structpb.NewStruct(map[string]any{"tile": i})
-			_, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: k.JobID, StepId: k.StepID, AttemptNo: 1, LeaseId: k.LeaseID,
-				Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now(), Output: out})
+			_, err := f.eng.Result(f.ctx, engine.CallbackKey{JobID: k.JobID, StepID: k.StepID, AttemptNo: 1, LeaseID: k.LeaseID},
+				engine.Result{Status: engine.ResultSucceeded, Output: out})
 			errs <- err
 		}()
 	}
@@ -213,7 +208,7 @@ func TestFailedChildFailsTheJobFastAndRunningSiblingsAreRecorded(t *testing.T) {
 	if kids[0].Status != ledger.StepDispatching || kids[1].Status != ledger.StepDispatching || kids[2].Status != ledger.StepPending {
 		t.Fatalf("max_parallel 2 not honoured: %s %s %s", kids[0].Status, kids[1].Status, kids[2].Status)
 	}
-	r := f.result(q.JobId, "fan[0]", 1, kids[0].LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+	r := f.result(q.JobId, "fan[0]", 1, kids[0].LeaseID, engine.ResultFailed, false)
 	if r.JobStatus != ledger.JobFailedFinal {
 		t.Fatalf("job after a failed child: %s", r.JobStatus)
 	}

@@ -6,6 +6,11 @@
 // gateway runs it for cancellation; sweepers will run it for timeouts. Linear
 // protocols and DAGs share this one code path.
 //
+// Its API speaks in its own types (CallbackKey, Result, Heartbeat,
+// Checkpoint): a service converts the contract's requests at its edge. The
+// contract's types it takes or returns are the bus messages it consumes and
+// writes itself (QueuedJob, Directive) and a callback's Outcome.
+//
 // Guards, checked under the job's row lock:
 //   - a terminal job or step never changes (late callbacks are recorded only);
 //   - a callback applies only to the step's current (attempt_no, lease_id);

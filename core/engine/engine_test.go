@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/telemetry/telemetrytest"
@@ -185,21 +185,40 @@ func (f *fixture) current(jobID string) ledger.StepWithAttempts {
 	return ledger.StepWithAttempts{}
 }
 
+// keyOfStep names the current attempt of s as its worker's callbacks do.
+func keyOfStep(s ledger.StepWithAttempts) engine.CallbackKey {
+	return engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID, WorkerID: "w1"}
+}
+
+// object is m as the orchestrator hands a callback's output or progress to
+// the engine: the JSON of a google.protobuf.Struct ({} for nil).
+func object(t testing.TB, m map[string]any) json.RawMessage {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := protojson.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func (f *fixture) ack(s ledger.StepWithAttempts) engine.AckResult {
 	f.t.Helper()
-	r, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1"})
+	r, err := f.eng.Ack(f.ctx, keyOfStep(s))
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return r
 }
 
-func (f *fixture) result(jobID, stepID string, attempt int, lease string, status luciusv1.ResultStatus, class luciusv1.FailureClass) engine.ResultResult {
+func (f *fixture) result(jobID, stepID string, attempt int, lease string, status engine.ResultStatus, retryable bool) engine.ResultResult {
 	f.t.Helper()
-	r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: jobID, StepId: stepID, AttemptNo: int32(attempt), LeaseId: lease,
-		Status: status, FailureClass: class, Reason: "boom", FinishTime: timestamppb.Now(),
-		Artifacts: []*luciusv1.ArtifactRef{{Name: "out", Uri: "file:///tmp/ws/" + stepID + ".txt"}}})
+	r, err := f.eng.Result(f.ctx, engine.CallbackKey{JobID: jobID, StepID: stepID, AttemptNo: attempt, LeaseID: lease},
+		engine.Result{Status: status, Retryable: retryable, Reason: "boom",
+			Artifacts: []ledger.Artifact{{Name: "out", URI: "file:///tmp/ws/" + stepID + ".txt"}}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -208,7 +227,7 @@ func (f *fixture) result(jobID, stepID string, attempt int, lease string, status
 
 func (f *fixture) succeed(s ledger.StepWithAttempts) engine.ResultResult {
 	f.t.Helper()
-	return f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, 0)
+	return f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultSucceeded, false)
 }
 
 func (f *fixture) events(jobID string) []ledger.Event {
@@ -332,7 +351,7 @@ func TestStaleCallbacksAreRecordedAndChangeNothing(t *testing.T) {
 	f.create(q)
 	s := f.current(q.JobId)
 	f.ack(s)
-	succeeded := luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED
+	succeeded := engine.ResultSucceeded
 	tests := []struct {
 		name    string
 		attempt int
@@ -346,7 +365,7 @@ func TestStaleCallbacksAreRecordedAndChangeNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		before := f.steps(q.JobId)
-		r := f.result(q.JobId, s.StepID, tt.attempt, tt.lease, succeeded, 0)
+		r := f.result(q.JobId, s.StepID, tt.attempt, tt.lease, succeeded, false)
 		if r.Outcome != tt.want {
 			t.Fatalf("%s: outcome %s, want %s", tt.name, r.Outcome, tt.want)
 		}
@@ -375,7 +394,7 @@ func TestStaleCallbacksAreRecordedAndChangeNothing(t *testing.T) {
 	}
 	// Finish the job; any callback afterwards is AFTER_TERMINAL or DUPLICATE, never applied.
 	f.succeed(next)
-	if r := f.result(q.JobId, next.StepID, next.AttemptNo, uuid.NewString(), succeeded, 0); r.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL {
+	if r := f.result(q.JobId, next.StepID, next.AttemptNo, uuid.NewString(), succeeded, false); r.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL {
 		t.Fatalf("late result with another lease: %s", r.Outcome)
 	}
 	if f.job(q.JobId).Status != ledger.JobSucceeded {
@@ -405,7 +424,7 @@ func TestNonRetryableFailureFailsJobAndCancelsPendingSteps(t *testing.T) {
 	q := f.accept("OCR_EMBEDDING_SIS")
 	f.create(q)
 	s := f.current(q.JobId)
-	r := f.result(q.JobId, s.StepID, 1, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+	r := f.result(q.JobId, s.StepID, 1, s.LeaseID, engine.ResultFailed, false)
 	if r.StepStatus != ledger.StepFailedFinal || r.JobStatus != ledger.JobFailedFinal {
 		t.Fatalf("result %+v", r)
 	}
@@ -428,7 +447,7 @@ func TestRetryableFailureRetriesWithPinnedRoutingUntilExhausted(t *testing.T) {
 		if s.AttemptNo != attempt {
 			t.Fatalf("attempt %d in flight, want %d", s.AttemptNo, attempt)
 		}
-		r := f.result(q.JobId, s.StepID, attempt, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+		r := f.result(q.JobId, s.StepID, attempt, s.LeaseID, engine.ResultFailed, true)
 		if attempt < workflow.DefaultMaxAttempts && (r.StepStatus != ledger.StepFailedRetry || r.JobStatus != ledger.JobFailedRetry) {
 			t.Fatalf("attempt %d: %+v", attempt, r)
 		}
@@ -540,8 +559,8 @@ func TestConcurrentDuplicateResultsApplyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: 1, LeaseId: s.LeaseID,
-				Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()})
+			r, err := f.eng.Result(f.ctx, engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: 1, LeaseID: s.LeaseID},
+				engine.Result{Status: engine.ResultSucceeded})
 			if err != nil {
 				t.Error(err)
 				return
@@ -778,8 +797,8 @@ func TestCallbacksCarryTheEchoedCorrelationIDIntoEvents(t *testing.T) {
 	q := f.accept("OCR")
 	f.create(q)
 	s := f.current(q.JobId)
-	if _, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1", CorrelationId: "order-4711"}); err != nil {
+	if _, err := f.eng.Ack(f.ctx, engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo,
+		LeaseID: s.LeaseID, WorkerID: "w1", CorrelationID: "order-4711"}); err != nil {
 		t.Fatal(err)
 	}
 	var acked bool

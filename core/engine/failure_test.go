@@ -9,8 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
@@ -24,11 +22,11 @@ func keyOf(s ledger.StepWithAttempts) ledger.AttemptKey {
 
 func (f *fixture) heartbeat(jobID, stepID string, attempt int, lease string, progress map[string]any) engine.HeartbeatResult {
 	f.t.Helper()
-	req := &luciusv1.HeartbeatRequest{JobId: jobID, StepId: stepID, AttemptNo: int32(attempt), LeaseId: lease, WorkerId: "w1"}
+	var hb engine.Heartbeat
 	if progress != nil {
-		req.Progress, _ = structpb.NewStruct(progress)
+		hb.Progress = object(f.t, progress)
 	}
-	r, err := f.eng.Heartbeat(f.ctx, req)
+	r, err := f.eng.Heartbeat(f.ctx, engine.CallbackKey{JobID: jobID, StepID: stepID, AttemptNo: attempt, LeaseID: lease, WorkerID: "w1"}, hb)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -40,14 +38,13 @@ func (f *fixture) callback(kind, jobID, stepID string, attempt int, lease string
 	f.t.Helper()
 	switch kind {
 	case "ACK":
-		r, err := f.eng.Ack(f.ctx, &luciusv1.AckRequest{JobId: jobID, StepId: stepID, AttemptNo: int32(attempt), LeaseId: lease,
-			AckTime: timestamppb.Now(), WorkerId: "w1"})
+		r, err := f.eng.Ack(f.ctx, engine.CallbackKey{JobID: jobID, StepID: stepID, AttemptNo: attempt, LeaseID: lease, WorkerID: "w1"})
 		if err != nil {
 			f.t.Fatal(err)
 		}
 		return r.Outcome
 	case "RESULT":
-		return f.result(jobID, stepID, attempt, lease, luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, 0).Outcome
+		return f.result(jobID, stepID, attempt, lease, engine.ResultSucceeded, false).Outcome
 	default:
 		return f.heartbeat(jobID, stepID, attempt, lease, nil).Outcome
 	}
@@ -319,7 +316,7 @@ func TestCancelInEveryJobState(t *testing.T) {
 			q := f.accept("OCR_EMBEDDING")
 			f.create(q)
 			s := f.current(q.JobId)
-			f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+			f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, true)
 			return q.JobId
 		}, want: ledger.JobCancelled, final: ledger.JobCancelled},
 		{state: ledger.JobCancelling, reach: func() string {
@@ -341,7 +338,7 @@ func TestCancelInEveryJobState(t *testing.T) {
 			q := f.accept("OCR")
 			f.create(q)
 			s := f.current(q.JobId)
-			f.result(q.JobId, s.StepID, 1, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+			f.result(q.JobId, s.StepID, 1, s.LeaseID, engine.ResultFailed, false)
 			return q.JobId
 		}, want: ledger.JobFailedFinal, final: ledger.JobFailedFinal, noEvent: true},
 		{state: ledger.JobCancelled, reach: func() string {
@@ -387,7 +384,7 @@ func TestCancelInEveryJobState(t *testing.T) {
 		q := f.accept("OCR")
 		f.create(q)
 		s := f.current(q.JobId)
-		f.result(q.JobId, s.StepID, 1, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+		f.result(q.JobId, s.StepID, 1, s.LeaseID, engine.ResultFailed, true)
 		retry := f.steps(q.JobId)[0]
 		f.eng.Cancel(f.ctx, q.JobId, "") //nolint:errcheck
 		if o := f.callback("ACK", q.JobId, retry.StepID, retry.AttemptNo, retry.LeaseID); o != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_AFTER_TERMINAL {
@@ -522,7 +519,7 @@ func TestReplayRerunsAFailedJobFromItsFailedStep(t *testing.T) {
 	}
 	f.succeed(f.current(q.JobId))
 	emb := f.current(q.JobId)
-	f.result(q.JobId, emb.StepID, 1, emb.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+	f.result(q.JobId, emb.StepID, 1, emb.LeaseID, engine.ResultFailed, false)
 	if j := f.job(q.JobId); j.Status != ledger.JobFailedFinal {
 		t.Fatalf("job %s", j.Status)
 	}

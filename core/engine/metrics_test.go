@@ -53,9 +53,9 @@ func TestJobAndStepMetricsAreRecordedWhenTransitionsCommit(t *testing.T) {
 	// too; sequential tests run while they wait.
 	f := setup(t)
 	const (
-		succeeded   = luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED
-		failed      = luciusv1.ResultStatus_RESULT_STATUS_FAILED
-		retryable   = luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE
+		succeeded   = engine.ResultSucceeded
+		failed      = engine.ResultFailed
+		retryable   = true
 		backoffOver = time.Minute // longer than OCR's first retry delay
 	)
 	checks := []*metricCheck{

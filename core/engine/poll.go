@@ -2,13 +2,9 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -17,18 +13,14 @@ import (
 // the next attempt. Its output (progress) is kept on the step; the job's
 // notify topic hears of it.
 func (e *Engine) poll(ctx context.Context, tx *ledger.Tx, job *ledger.Job, step *ledger.Step, attempt *ledger.Attempt,
-	req *luciusv1.ResultRequest, now time.Time) error {
-	if req.GetOutput() != nil {
-		out, err := protojson.Marshal(req.GetOutput())
-		if err != nil {
-			return err
+	res Result, now time.Time) error {
+	if res.Output != nil {
+		if len(res.Output) > e.cfg.OutputLimit {
+			return fmt.Errorf("%s: a POLLING output of %d bytes is over the %d-byte limit", ReasonOutputTooLarge, len(res.Output), e.cfg.OutputLimit)
 		}
-		if len(out) > e.cfg.OutputLimit {
-			return fmt.Errorf("%s: a POLLING output of %d bytes is over the %d-byte limit", ReasonOutputTooLarge, len(out), e.cfg.OutputLimit)
-		}
-		step.Output, attempt.Progress = json.RawMessage(out), json.RawMessage(out)
+		step.Output, attempt.Progress = res.Output, res.Output
 	}
-	step.Reason = req.GetReason()
+	step.Reason = res.Reason
 	attempt.Status = ledger.StepPolling
 	setStepStatus(tx, step, ledger.StepPolling, "RESULT_POLLING", now)
 	if err := writeStep(ctx, tx, step, attempt); err != nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -19,7 +19,7 @@ nodes:
   END: {type: end}
 `
 
-const polling = luciusv1.ResultStatus_RESULT_STATUS_POLLING
+const polling = engine.ResultPolling
 
 // startPolled creates a POLLED job and answers its first attempt POLLING.
 func (f *fixture) startPolled() (*ledger.Job, ledger.StepWithAttempts) {
@@ -30,7 +30,7 @@ func (f *fixture) startPolled() (*ledger.Job, ledger.StepWithAttempts) {
 	job := f.create(f.acceptWith("POLLED", map[string]any{}, ""))
 	s := f.current(job.JobID)
 	f.ack(s)
-	if r := f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, polling, 0); r.StepStatus != ledger.StepPolling {
+	if r := f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, polling, false); r.StepStatus != ledger.StepPolling {
 		f.t.Fatalf("POLLING answer left the step %s", r.StepStatus)
 	}
 	return job, s

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -29,10 +26,8 @@ func (f *fixture) notified() *luciusv1.QueuedJob {
 
 func (f *fixture) pollResult(s ledger.StepWithAttempts, progress map[string]any) engine.ResultResult {
 	f.t.Helper()
-	out, _ := structpb.NewStruct(progress)
-	r, err := f.eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, Status: luciusv1.ResultStatus_RESULT_STATUS_POLLING, Output: out, Reason: "move 10% done",
-		FinishTime: timestamppb.Now()})
+	r, err := f.eng.Result(f.ctx, engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID},
+		engine.Result{Status: engine.ResultPolling, Output: object(f.t, progress), Reason: "move 10% done"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -102,7 +97,7 @@ func TestPollingStepWaitsForRepoll(t *testing.T) {
 		}
 	}
 	s := f.current(q.JobId)
-	f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED, luciusv1.FailureClass_FAILURE_CLASS_RETRYABLE)
+	f.result(q.JobId, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, true)
 	if st := f.steps(q.JobId)[0]; st.Status != ledger.StepFailedRetry || st.AttemptNo != 7 {
 		t.Fatalf("after a retryable failure: %s#%d, want a retry", st.Status, st.AttemptNo)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -31,8 +31,7 @@ func TestPurgeFinishedDeletesOnlyOldFinishedJobsOfTheTenant(t *testing.T) {
 		s := f.current(q.JobId)
 		f.ack(s)
 		if fail {
-			f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, luciusv1.ResultStatus_RESULT_STATUS_FAILED,
-				luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE)
+			f.result(s.JobID, s.StepID, s.AttemptNo, s.LeaseID, engine.ResultFailed, false)
 		} else {
 			f.succeed(s)
 		}

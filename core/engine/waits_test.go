@@ -3,9 +3,8 @@ package engine_test
 import (
 	"testing"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -31,8 +30,7 @@ func TestSubmitAndCallbacksWaitOnTheDatabaseFewTimes(t *testing.T) {
 	s := f.current(q.JobId)
 
 	f.waits.Reset()
-	ack, err := f.eng.Ack(ctx, &luciusv1.AckRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, AckTime: timestamppb.Now(), WorkerId: "w1"})
+	ack, err := f.eng.Ack(ctx, keyOfStep(s))
 	if err != nil || ack.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		t.Fatalf("ack: %v, %v", ack.Outcome, err)
 	}
@@ -41,8 +39,8 @@ func TestSubmitAndCallbacksWaitOnTheDatabaseFewTimes(t *testing.T) {
 	}
 
 	f.waits.Reset()
-	res, err := f.eng.Result(ctx, &luciusv1.ResultRequest{JobId: s.JobID, StepId: s.StepID, AttemptNo: int32(s.AttemptNo),
-		LeaseId: s.LeaseID, Status: luciusv1.ResultStatus_RESULT_STATUS_SUCCEEDED, FinishTime: timestamppb.Now()})
+	res, err := f.eng.Result(ctx, engine.CallbackKey{JobID: s.JobID, StepID: s.StepID, AttemptNo: s.AttemptNo, LeaseID: s.LeaseID},
+		engine.Result{Status: engine.ResultSucceeded})
 	if err != nil || res.Outcome != luciusv1.CallbackOutcome_CALLBACK_OUTCOME_APPLIED {
 		t.Fatalf("result: %v, %v", res.Outcome, err)
 	}

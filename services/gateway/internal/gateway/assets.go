@@ -13,6 +13,7 @@ import (
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
 
@@ -149,7 +150,7 @@ func (s *assetService) get(ctx context.Context, tenant, id string) (*luciusv1.As
 // error maps ledger errors to API statuses through apiError, naming the asset.
 func (s *assetService) error(ctx context.Context, err error, id string) error {
 	return apiError(ctx, s.log, "ledger", "assets", err,
-		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND, msg: "asset " + id + " not found", metadata: []string{"asset_id", id}},
+		&apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_ASSET_NOT_FOUND, Message: "asset " + id + " not found", Metadata: []string{"asset_id", id}},
 		"asset_id", id)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/config"
 )
 
@@ -114,8 +115,8 @@ func (s *configService) changed(ctx context.Context, msg string, attrs ...any) {
 func (s *configService) error(ctx context.Context, err error, tenant string) error {
 	t := routing.Normalize(tenant)
 	return apiError(ctx, s.log, "configuration store", "configuration store", err,
-		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
-			msg: "tenant " + t + " has no configuration of its own", metadata: []string{"tenant_id", t}})
+		&apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_TENANT_CONFIG_NOT_FOUND,
+			Message: "tenant " + t + " has no configuration of its own", Metadata: []string{"tenant_id", t}})
 }
 
 func modeFromProto(m luciusv1.Mode) routing.Mode {

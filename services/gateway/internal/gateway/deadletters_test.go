@@ -41,9 +41,8 @@ func (f *gatewayFixture) failJob(t *testing.T, store *ledger.Store, jobID string
 	if err := f.pool.QueryRow(f.ctx, `SELECT lease_id::text FROM steps WHERE job_id = $1 AND step_id = 'ocr'`, jobID).Scan(&lease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Result(f.ctx, &luciusv1.ResultRequest{JobId: jobID, StepId: "ocr", AttemptNo: 1, LeaseId: lease,
-		Status: luciusv1.ResultStatus_RESULT_STATUS_FAILED, FailureClass: luciusv1.FailureClass_FAILURE_CLASS_NON_RETRYABLE,
-		Reason: "unreadable scan"}); err != nil {
+	if _, err := eng.Result(f.ctx, engine.CallbackKey{JobID: jobID, StepID: "ocr", AttemptNo: 1, LeaseID: lease},
+		engine.Result{Status: engine.ResultFailed, Reason: "unreadable scan"}); err != nil {
 		t.Fatal(err)
 	}
 }

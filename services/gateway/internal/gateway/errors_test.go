@@ -12,6 +12,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/config"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/runbook"
@@ -20,11 +21,11 @@ import (
 func TestAPIErrorMapsEachDomainErrorToOneCodeAndReason(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	job := &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, msg: "job j not found", metadata: []string{"job_id", "j"}}
+	job := &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, Message: "job j not found", Metadata: []string{"job_id", "j"}}
 	tests := []struct {
 		name    string
 		err     error
-		missing *notFound
+		missing *apistatus.NotFound
 		code    codes.Code
 		reason  luciusv1.ErrorReason
 	}{

@@ -13,6 +13,7 @@ import (
 	"github.com/lucius-platform/lucius/base/telemetry"
 	"github.com/lucius-platform/lucius/bus/routing"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
@@ -179,6 +180,6 @@ func (s *jobService) ReplayJob(ctx context.Context, req *luciusv1.ReplayJobReque
 // storeError maps ledger errors to API statuses through apiError, naming the job.
 func (s *jobService) storeError(ctx context.Context, err error, jobID string) error {
 	return apiError(ctx, s.log, "ledger", "ledger", err,
-		&notFound{reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, msg: "job " + jobID + " not found", metadata: []string{"job_id", jobID}},
+		&apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, Message: "job " + jobID + " not found", Metadata: []string{"job_id", jobID}},
 		telemetry.JobID(jobID))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/ledger"
 	"github.com/lucius-platform/lucius/core/registry"
 	"github.com/lucius-platform/lucius/core/runbook"
@@ -292,64 +292,6 @@ func membersFromProto(in []*luciusv1.RunbookMember) ([]runbook.Member, []server.
 	return out, vs
 }
 
-var memberProblem = regexp.MustCompile(`^row (\d+): (.*)$`)
-
-// invalidMembers turns the problems of CheckMembers ("row 3: unknown column
-// \"colour\" ...") into violations of the fields they name
-// (members[3].values.colour).
-func invalidMembers(err error) error {
-	msg := err.Error()
-	// The problems follow the first line (the error's context).
-	_, list, ok := strings.Cut(msg, "\n")
-	if !ok {
-		list = msg
-	}
-	var vs []server.Violation
-	for _, line := range strings.Split(list, "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			vs = append(vs, memberViolation(line))
-		}
-	}
-	return server.InvalidArgument(vs...).Err()
-}
-
-func memberViolation(line string) server.Violation {
-	v := server.Violation{Field: "members", Reason: luciusv1.ErrorReason_ERROR_REASON_INVALID_MEMBERS, Description: line}
-	m := memberProblem.FindStringSubmatch(line)
-	if m == nil {
-		return v
-	}
-	problem := m[2]
-	v.Field, v.Description = "members["+m[1]+"]", problem
-	switch {
-	case strings.HasPrefix(problem, "member_key"):
-		v.Field += ".member_key"
-	case strings.HasPrefix(problem, "batch_time"):
-		v.Field += ".batch_time"
-	case strings.HasPrefix(problem, "unknown column "):
-		if q, err := strconv.QuotedPrefix(strings.TrimPrefix(problem, "unknown column ")); err == nil {
-			if col, err := strconv.Unquote(q); err == nil {
-				v.Field += valuesField(col)
-			}
-		}
-	case strings.HasPrefix(problem, "column "):
-		col, _, _ := strings.Cut(strings.TrimPrefix(problem, "column "), " ")
-		v.Field += valuesField(col)
-	}
-	return v
-}
-
-var simpleKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// valuesField names a key of the values map: .values.colour, or
-// .values["odd key"] when the key is not a plain identifier.
-func valuesField(key string) string {
-	if simpleKey.MatchString(key) {
-		return ".values." + key
-	}
-	return ".values[" + strconv.Quote(key) + "]"
-}
-
 // ListBatches pages a runbook's batches, newest first; the page token is the
 // last batch id listed.
 func (s *runbookService) ListBatches(ctx context.Context, req *luciusv1.ListBatchesRequest) (*luciusv1.ListBatchesResponse, error) {
@@ -375,7 +317,7 @@ func (s *runbookService) GetBatch(ctx context.Context, req *luciusv1.GetBatchReq
 	b, err := s.store.Batch(ctx, req.GetBatchId())
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, Message: "batch " + id + " not found", Metadata: []string{"batch_id", id}})
 	}
 	return &luciusv1.GetBatchResponse{Batch: batchToProto(b)}, nil
 }
@@ -390,7 +332,7 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 	members, err := s.store.BatchMembers(ctx, req.GetBatchId(), after, size+1)
 	if err != nil {
 		id := strconv.FormatInt(req.GetBatchId(), 10)
-		return nil, s.error(ctx, err, &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, msg: "batch " + id + " not found", metadata: []string{"batch_id", id}})
+		return nil, s.error(ctx, err, &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_BATCH_NOT_FOUND, Message: "batch " + id + " not found", Metadata: []string{"batch_id", id}})
 	}
 	resp := &luciusv1.ListBatchMembersResponse{}
 	members, resp.NextPageToken = cutPage(members, size, func(last runbook.MemberView) string { return encodeToken(last.Key) })
@@ -412,17 +354,17 @@ func (s *runbookService) ListBatchMembers(ctx context.Context, req *luciusv1.Lis
 }
 
 // runbookNotFound says which runbook a request addressed, for its NOT_FOUND answer.
-func runbookNotFound(name string, version int32) *notFound {
+func runbookNotFound(name string, version int32) *apistatus.NotFound {
 	what := "runbook " + name
 	if version != 0 {
 		what += " version " + strconv.Itoa(int(version))
 	}
-	return &notFound{reason: luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND, msg: what + " not found",
-		metadata: []string{"name", name, "version", strconv.Itoa(int(version))}}
+	return &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_RUNBOOK_NOT_FOUND, Message: what + " not found",
+		Metadata: []string{"name", name, "version", strconv.Itoa(int(version))}}
 }
 
 // error maps the runbook store's errors to API statuses through apiError.
-func (s *runbookService) error(ctx context.Context, err error, missing *notFound) error {
+func (s *runbookService) error(ctx context.Context, err error, missing *apistatus.NotFound) error {
 	return apiError(ctx, s.log, "runbook store", "runbooks", err, missing)
 }
 

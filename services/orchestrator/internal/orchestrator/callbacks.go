@@ -18,6 +18,7 @@ import (
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/base/telemetry"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
+	"github.com/lucius-platform/lucius/core/apistatus"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
 )
@@ -89,7 +90,7 @@ func (s *callbackService) Ack(ctx context.Context, req *luciusv1.AckRequest) (*l
 	if err := s.admit(ctx, "ACK", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Ack(ctx, req)
+	res, err := s.engine.Ack(ctx, callbackKey(req))
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -102,7 +103,11 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 	if err := s.admit(ctx, "RESULT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Result(ctx, req)
+	report, err := resultFromProto(req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	res, err := s.engine.Result(ctx, callbackKey(req), report)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -116,7 +121,11 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	if err := s.admit(ctx, "HEARTBEAT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.Heartbeat(ctx, req)
+	hb, err := heartbeatFromProto(req)
+	if err != nil {
+		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+	}
+	res, err := s.engine.Heartbeat(ctx, callbackKey(req), hb)
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -134,7 +143,7 @@ func (s *callbackService) RecordCheckpoint(ctx context.Context, req *luciusv1.Re
 	if err := s.admit(ctx, "CHECKPOINT", req.GetJobId(), req.GetStepId(), req.GetAttemptNo(), req.GetLeaseId(), req.GetCallbackToken()); err != nil {
 		return nil, err
 	}
-	res, err := s.engine.RecordCheckpoint(ctx, req)
+	res, err := s.engine.RecordCheckpoint(ctx, callbackKey(req), checkpointFromProto(req))
 	if err != nil {
 		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
 	}
@@ -182,19 +191,18 @@ func (s *callbackService) record(ctx context.Context, kind string, outcome luciu
 		"correlation_id", correlationID)
 }
 
-// callbackError maps engine errors to API statuses, in one place.
+// callbackError maps engine errors to API statuses through apistatus, naming
+// the job and step the callback spoke for.
 func (s *callbackService) callbackError(ctx context.Context, err error, jobID, stepID string) error {
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, "job "+jobID+" not found", "job_id", jobID).Err()
-	case errors.Is(err, engine.ErrUnknownStep):
-		return server.Error(codes.NotFound, luciusv1.ErrorReason_ERROR_REASON_STEP_NOT_FOUND, "job "+jobID+" has no step "+stepID,
-			"job_id", jobID, "step_id", stepID).Err()
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return server.Error(codes.DeadlineExceeded, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "callback cancelled or timed out; retry").Err()
-	}
-	s.log.ErrorContext(ctx, "apply callback", telemetry.JobID(jobID), telemetry.StepID(stepID), telemetry.Err(err))
-	return server.Error(codes.Unavailable, luciusv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "the callback could not be applied; retry").Err()
+	return apistatus.Error(ctx, s.log, err, apistatus.Call{
+		NotFound: &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_JOB_NOT_FOUND, Message: "job " + jobID + " not found",
+			Metadata: []string{"job_id", jobID}},
+		UnknownStep: &apistatus.NotFound{Reason: luciusv1.ErrorReason_ERROR_REASON_STEP_NOT_FOUND, Message: "job " + jobID + " has no step " + stepID,
+			Metadata: []string{"job_id", jobID, "step_id", stepID}},
+		Cancelled:   "callback cancelled or timed out; retry",
+		Unavailable: "the callback could not be applied; retry",
+		Log:         "apply callback", LogAttrs: []any{telemetry.JobID(jobID), telemetry.StepID(stepID)},
+	})
 }
 
 func stepStatus(s ledger.StepStatus) luciusv1.StepStatus {
