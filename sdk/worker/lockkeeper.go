@@ -91,3 +91,28 @@ func (k *lockKeeper) stop() {
 	k.once.Do(k.cancel)
 	<-k.done
 }
+
+// heldLocks hands each received message's lock keeper from the moment the
+// message is received to whoever settles it.
+type heldLocks struct {
+	mu      sync.Mutex
+	keepers map[*bus.Received]*lockKeeper
+}
+
+func (h *heldLocks) put(m *bus.Received, k *lockKeeper) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.keepers == nil {
+		h.keepers = make(map[*bus.Received]*lockKeeper)
+	}
+	h.keepers[m] = k
+}
+
+// take returns m's keeper and forgets it.
+func (h *heldLocks) take(m *bus.Received) *lockKeeper {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := h.keepers[m]
+	delete(h.keepers, m)
+	return k
+}

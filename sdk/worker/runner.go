@@ -229,43 +229,27 @@ func (r *Runner) openReceivers(ctx context.Context, subs []topology.Subscription
 // receiveLoop receives from one subscription while ctx lasts, Prefetch
 // messages at a time. A received message waits for an execution slot with
 // its lock renewed, so at most Prefetch messages per subscription wait and
-// at most Concurrency execute.
+// at most Concurrency execute. Handlers run on work, which outlives ctx;
+// messages still waiting when ctx ends are abandoned straight back.
 func (r *Runner) receiveLoop(ctx, work context.Context, src bus.Source, rcv bus.Receiver, slots chan struct{}, handlers *sync.WaitGroup) {
-	failures := 0
-	for {
-		msgs, err := rcv.Receive(ctx, r.cfg.Prefetch)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
-				return
+	var held heldLocks
+	bus.Consume(ctx, rcv, bus.ConsumeOptions{
+		Batch:    r.cfg.Prefetch,
+		Slots:    slots,
+		Handlers: handlers,
+		Backoff:  r.cfg.Backoff.Delay,
+		OnError: func(ctx context.Context, err error, retryIn time.Duration) {
+			r.log.WarnContext(ctx, "receive directives", "source", src.Path(), "retry_in", retryIn, telemetry.Err(err))
+		},
+		OnReceive: func(msgs []*bus.Received) {
+			for _, m := range msgs {
+				held.put(m, r.keepLock(work, rcv, m))
 			}
-			wait := r.cfg.Backoff.Delay(failures)
-			failures++
-			r.log.WarnContext(ctx, "receive directives", "source", src.Path(), "retry_in", wait, telemetry.Err(err))
-			loop.Sleep(ctx, wait)
-			continue
-		}
-		failures = 0
-		keepers := make([]*lockKeeper, len(msgs))
-		for i, m := range msgs {
-			keepers[i] = r.keepLock(work, rcv, m)
-		}
-		for i, m := range msgs {
-			keeper := keepers[i]
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				// Never started: hand them straight back.
-				for j := i; j < len(msgs); j++ {
-					r.abandon(work, rcv, msgs[j], keepers[j], r.log)
-				}
-				return
-			}
-			handlers.Go(func() {
-				defer func() { <-slots }()
-				r.handle(work, src, rcv, m, keeper)
-			})
-		}
-	}
+		},
+		OnDropped: func(m *bus.Received) { r.abandon(work, rcv, m, held.take(m), r.log) },
+	}, func(_ context.Context, m *bus.Received) {
+		r.handle(work, src, rcv, m, held.take(m))
+	})
 }
 
 // delivery is one received message on its way through the contract.

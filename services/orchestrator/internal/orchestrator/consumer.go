@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -42,7 +43,7 @@ func newJobConsumer(r bus.Receiver, eng *engine.Engine, owner *ownership, concur
 // run receives until ctx ends, creating up to concurrency jobs at once.
 func (c *jobConsumer) run(ctx context.Context) {
 	bus.Consume(ctx, c.receiver, bus.ConsumeOptions{Batch: c.concurrency, Concurrency: c.concurrency,
-		OnError: func(ctx context.Context, err error) {
+		OnError: func(ctx context.Context, err error, _ time.Duration) {
 			c.log.WarnContext(ctx, "receive orchestrator-jobs", telemetry.Err(err))
 		}}, c.handle)
 }

@@ -90,7 +90,7 @@ func (x *runbookExecutor) definition(ctx context.Context, name string, version i
 // run receives until ctx ends, handling one event after another.
 func (x *runbookExecutor) run(ctx context.Context) {
 	bus.Consume(ctx, x.receiver, bus.ConsumeOptions{Batch: 8,
-		OnError: func(ctx context.Context, err error) {
+		OnError: func(ctx context.Context, err error, _ time.Duration) {
 			x.log.WarnContext(ctx, "receive orchestrator-events", telemetry.Err(err))
 		}}, x.receive)
 }
