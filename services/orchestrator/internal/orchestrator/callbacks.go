@@ -105,7 +105,7 @@ func (s *callbackService) Result(ctx context.Context, req *luciusv1.ResultReques
 	}
 	report, err := resultFromProto(req)
 	if err != nil {
-		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+		return nil, err // INVALID_ARGUMENT
 	}
 	res, err := s.engine.Result(ctx, callbackKey(req), report)
 	if err != nil {
@@ -123,7 +123,7 @@ func (s *callbackService) Heartbeat(ctx context.Context, req *luciusv1.Heartbeat
 	}
 	hb, err := heartbeatFromProto(req)
 	if err != nil {
-		return nil, s.callbackError(ctx, err, req.GetJobId(), req.GetStepId())
+		return nil, err // INVALID_ARGUMENT
 	}
 	res, err := s.engine.Heartbeat(ctx, callbackKey(req), hb)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/lucius-platform/lucius/base/server"
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
 	"github.com/lucius-platform/lucius/core/engine"
 	"github.com/lucius-platform/lucius/core/ledger"
@@ -37,9 +38,10 @@ var resultStatuses = map[luciusv1.ResultStatus]engine.ResultStatus{
 }
 
 // resultFromProto is a RESULT's report. Its output fails to convert only when
-// it holds what JSON cannot (a NaN or infinite number).
+// it holds what JSON cannot (a NaN or infinite number): INVALID_ARGUMENT,
+// which a worker does not retry.
 func resultFromProto(req *luciusv1.ResultRequest) (engine.Result, error) {
-	output, err := object(req.GetOutput())
+	output, err := object("output", req.GetOutput())
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -49,7 +51,7 @@ func resultFromProto(req *luciusv1.ResultRequest) (engine.Result, error) {
 }
 
 func heartbeatFromProto(req *luciusv1.HeartbeatRequest) (engine.Heartbeat, error) {
-	progress, err := object(req.GetProgress())
+	progress, err := object("progress", req.GetProgress())
 	return engine.Heartbeat{Progress: progress}, err
 }
 
@@ -61,12 +63,17 @@ func checkpointFromProto(req *luciusv1.RecordCheckpointRequest) engine.Checkpoin
 	return c
 }
 
-// object is s as JSON; nil for a nil s.
-func object(s *structpb.Struct) (json.RawMessage, error) {
+// object is s, the request's field, as JSON; nil for a nil s.
+func object(field string, s *structpb.Struct) (json.RawMessage, error) {
 	if s == nil {
 		return nil, nil
 	}
-	return protojson.Marshal(s)
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, server.InvalidArgument(server.Violation{Field: field,
+			Description: "holds a value JSON cannot carry (a NaN or infinite number): " + err.Error()}).Err()
+	}
+	return b, nil
 }
 
 func artifactsFromProto(refs []*luciusv1.ArtifactRef) []ledger.Artifact {

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -57,8 +60,25 @@ func TestCallbackRequestsBecomeTheEnginesInputs(t *testing.T) {
 	}
 
 	nan := &structpb.Struct{Fields: map[string]*structpb.Value{"x": structpb.NewNumberValue(math.NaN())}}
-	if _, err := resultFromProto(&luciusv1.ResultRequest{Output: nan}); err == nil {
-		t.Error("an output JSON cannot hold was converted")
+	for field, convert := range map[string]func() error{
+		"output": func() error { _, err := resultFromProto(&luciusv1.ResultRequest{Output: nan}); return err },
+		"progress": func() error {
+			_, err := heartbeatFromProto(&luciusv1.HeartbeatRequest{Progress: nan})
+			return err
+		},
+	} {
+		err := convert()
+		var br *errdetails.BadRequest
+		if st := status.Convert(err); st.Code() == codes.InvalidArgument {
+			for _, d := range st.Details() {
+				if b, ok := d.(*errdetails.BadRequest); ok {
+					br = b
+				}
+			}
+		}
+		if br == nil || len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != field {
+			t.Errorf("a %s JSON cannot hold: %v, want INVALID_ARGUMENT naming %s", field, err, field)
+		}
 	}
 	if hb, err := heartbeatFromProto(&luciusv1.HeartbeatRequest{}); err != nil || hb.Progress != nil {
 		t.Errorf("a heartbeat without progress: %+v %v, want no progress", hb, err)
