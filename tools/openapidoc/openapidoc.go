@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -184,6 +183,9 @@ func Finish(in Input) ([]byte, error) {
 		}
 	}
 	doc["paths"] = renamed
+	// Before the .Body copies, which share their originals' nested maps:
+	// each description is tidied once.
+	tidyDescriptions(schemas)
 	pathFieldsOptionalInBodies(renamed, schemas)
 	if tags, ok := doc["tags"].([]any); ok {
 		for _, t := range tags {
@@ -194,7 +196,6 @@ func Finish(in Input) ([]byte, error) {
 			}
 		}
 	}
-	tidyDescriptions(schemas)
 	return json.MarshalIndent(doc, "", "  ")
 }
 
@@ -448,14 +449,14 @@ func reasonValues(fds *descriptorpb.FileDescriptorSet) ([]any, []string) {
 				continue
 			}
 			comments := comments(f, []int32{5, int32(ei), 2}) // enum_type = 5, value = 2
-			for _, v := range e.GetValue() {
-				name := strings.TrimPrefix(v.GetName(), reasonPrefix)
+			for vi, v := range e.GetValue() {
 				if v.GetNumber() == 0 {
 					continue
 				}
+				name := strings.TrimPrefix(v.GetName(), reasonPrefix)
 				values = append(values, name)
 				line := "- `" + name + "`"
-				if c := comments[int32(slices.Index(e.GetValue(), v))]; c != "" {
+				if c := comments[int32(vi)]; c != "" {
 					line += ": " + strings.Join(strings.Fields(c), " ")
 				}
 				descriptions = append(descriptions, line)
@@ -512,11 +513,6 @@ func pathParamName(field string) string { return field[strings.LastIndex(field, 
 func tidy(s string) string { return strings.ReplaceAll(s, "\n ", "\n") }
 
 func tidyDescriptions(schemas map[string]any) {
-	names := make([]string, 0, len(schemas))
-	for n := range schemas {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var walk func(v any)
 	walk = func(v any) {
 		switch v := v.(type) {
@@ -534,8 +530,8 @@ func tidyDescriptions(schemas map[string]any) {
 			}
 		}
 	}
-	for _, n := range names {
-		walk(schemas[n])
+	for _, schema := range schemas {
+		walk(schema)
 	}
 }
 

@@ -1,10 +1,6 @@
 package main
 
 import (
-	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
-
-	"github.com/lucius-platform/lucius/base/server"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -141,12 +137,7 @@ func describe(err error) string {
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
-			// Lucius's reasons by the contract's enum; another domain's as sent.
-			reason := d.GetReason()
-			if r := server.ParseReason(reason); d.GetDomain() == server.ErrorDomain && r != luciusv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
-				reason = server.Reason(r)
-			}
-			fmt.Fprintf(&b, " [%s]", reason)
+			fmt.Fprintf(&b, " [%s]", d.GetReason())
 		case *errdetails.BadRequest:
 			for _, v := range d.GetFieldViolations() {
 				fmt.Fprintf(&b, "\n  %s: %s", v.GetField(), v.GetDescription())

@@ -172,6 +172,15 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
+// release forgets the reservation of a call that changed nothing, so that
+// its retry runs; sctx outlives the caller's ctx.
+func (i *Interceptor) release(ctx, sctx context.Context, k Key, token string) {
+	i.count(ctx, k.Method, outcomeReleased)
+	if err := i.store.Release(sctx, k, token); err != nil {
+		i.log.WarnContext(ctx, "release request id", "method", k.Method, "request_id", k.RequestID, "err", err)
+	}
+}
+
 // run executes the call holding the reservation and stores its answer, or
 // releases the id after a transient failure.
 func (i *Interceptor) run(ctx context.Context, k Key, token string, req any, handler grpc.UnaryHandler) (resp any, herr error) {
@@ -182,20 +191,14 @@ func (i *Interceptor) run(ctx context.Context, k Key, token string, req any, han
 		// A handler that panicked (answered INTERNAL by the recovery
 		// interceptor outside) changed nothing it committed: forget the id.
 		if p := recover(); p != nil {
-			i.count(ctx, k.Method, outcomeReleased)
-			if err := i.store.Release(sctx, k, token); err != nil {
-				i.log.WarnContext(ctx, "release request id", "method", k.Method, "request_id", k.RequestID, "err", err)
-			}
+			i.release(ctx, sctx, k, token)
 			panic(p)
 		}
 	}()
 	resp, herr = handler(ctx, req)
 	st := status.Convert(herr)
 	if herr != nil && !remembered(st.Code()) {
-		i.count(ctx, k.Method, outcomeReleased)
-		if err := i.store.Release(sctx, k, token); err != nil {
-			i.log.WarnContext(ctx, "release request id", "method", k.Method, "request_id", k.RequestID, "err", err)
-		}
+		i.release(ctx, sctx, k, token)
 		return resp, herr
 	}
 	var answer []byte
