@@ -117,9 +117,9 @@ const (
 	sqlChildResults = `SELECT output, artifacts FROM steps
 	WHERE job_id = $1 AND parent_step_id = $2 ORDER BY child_index`
 
-	// sqlCancelPending closes every step of a job that never started.
 	sqlOutboxIDs = `SELECT message_id FROM outbox WHERE message_id = ANY($1)`
 
+	// sqlCancelPending closes every step of a job that never started.
 	sqlCancelPending = `UPDATE steps SET status = 'CANCELLED', reason = $2, completed_at = now(), updated_at = now(),
 	children_pending = 0
 	WHERE job_id = $1 AND status IN ('PENDING', 'READY')

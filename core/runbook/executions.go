@@ -334,10 +334,7 @@ func (e *Executions) InsertSteps(ctx context.Context, phaseID, memberID int64, k
 		if err != nil {
 			return err
 		}
-		var interval, timeout *int
-		if s.IsPollStep {
-			interval, timeout = &s.PollIntervalSec, &s.PollTimeoutSec
-		}
+		interval, timeout := pollSettings(s)
 		_, err = e.q.Exec(ctx, sqlInsertStep, phaseID, memberID, kind, parentID, s.Name, i, s.WorkerID, s.Function, raw, status, errMsg,
 			s.IsPollStep, interval, timeout, s.OnFailure)
 		if err != nil {

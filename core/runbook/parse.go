@@ -21,7 +21,7 @@ import (
 // Parse decodes and validates a runbook. Every problem is reported, each as
 // "file:line:column: message", joined into one error.
 func Parse(file string, src []byte) (*Runbook, error) {
-	p := &parser{file: file, problems: yamlnode.Problems{File: file, Max: maxProblems}}
+	p := &parser{problems: yamlnode.Problems{File: file, Max: maxProblems}}
 	if len(src) > MaxSourceBytes {
 		return nil, fmt.Errorf("%s:1:1: the runbook is %d bytes, more than the limit of %d", file, len(src), MaxSourceBytes)
 	}
@@ -59,7 +59,6 @@ func Parse(file string, src []byte) (*Runbook, error) {
 }
 
 type parser struct {
-	file     string
 	problems yamlnode.Problems
 	// vars are the variables of member steps: columns and system variables.
 	vars map[string]bool
@@ -84,9 +83,9 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 func (p *parser) syntaxError(err error) error {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("%s:%s:1: YAML: %s", p.file, m[1], m[2])
+		return fmt.Errorf("%s:%s:1: YAML: %s", p.problems.File, m[1], m[2])
 	}
-	return fmt.Errorf("%s:1:1: YAML: %s", p.file, strings.TrimPrefix(msg, "yaml: "))
+	return fmt.Errorf("%s:1:1: YAML: %s", p.problems.File, strings.TrimPrefix(msg, "yaml: "))
 }
 
 // badByte returns the offset of the first byte that is not valid UTF-8 or is

@@ -85,7 +85,7 @@ func (q *Schedule) InsertPhase(ctx context.Context, batchID int64, ph Phase, due
 // InsertInit creates a pending init execution unless it exists, and reports
 // whether it did.
 func (q *Schedule) InsertInit(ctx context.Context, batchID int64, version, index int, step Step, params []byte, now time.Time) (bool, error) {
-	interval, timeout := PollSettings(step)
+	interval, timeout := pollSettings(step)
 	tag, err := q.tx.Exec(ctx, `INSERT INTO init_executions (batch_id, step_name, step_index, runbook_version, worker_id, function_name,
 		params_json, status, is_poll_step, poll_interval_sec, poll_timeout_sec, created_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11)
@@ -94,9 +94,9 @@ func (q *Schedule) InsertInit(ctx context.Context, batchID int64, version, index
 	return tag.RowsAffected() == 1, err
 }
 
-// PollSettings are a step's poll_interval_sec and poll_timeout_sec: NULL
+// pollSettings are a step's poll_interval_sec and poll_timeout_sec: NULL
 // unless it is a poll step.
-func PollSettings(s Step) (interval, timeout *int) {
+func pollSettings(s Step) (interval, timeout *int) {
 	if !s.IsPollStep {
 		return nil, nil
 	}
@@ -232,7 +232,7 @@ type PhaseStep struct {
 func (q *Schedule) InsertPhaseSteps(ctx context.Context, steps []PhaseStep, now time.Time) error {
 	rows := make([][]any, len(steps))
 	for i, s := range steps {
-		interval, timeout := PollSettings(s.Step)
+		interval, timeout := pollSettings(s.Step)
 		rows[i] = []any{s.PhaseID, s.MemberID, KindPhase, s.Step.Name, int32(s.Index), s.Step.WorkerID, s.Step.Function,
 			string(s.Params), s.Status, s.Message, s.Step.IsPollStep, int32Ptr(interval), int32Ptr(timeout), s.Step.OnFailure, now}
 	}
@@ -439,7 +439,7 @@ const (
 )
 
 func withTable(query, table string) string {
-	return strings.ReplaceAll(query, "@T", pgx.Identifier{table}.Sanitize())
+	return strings.ReplaceAll(query, "@T", quote(table))
 }
 
 // Poll checks: rows polling whose interval has passed since last_polled_at

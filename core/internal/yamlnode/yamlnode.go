@@ -172,9 +172,9 @@ func (f Fields) ValueOr(key string) *yaml.Node {
 	return f.Node
 }
 
-// Missing reports a required key that is absent (at the mapping) or null
+// missing reports a required key that is absent (at the mapping) or null
 // (at its key).
-func (f Fields) Missing(key string) {
+func (f Fields) missing(key string) {
 	at := f.Node
 	if k := f.keys[key]; k != nil {
 		at = k
@@ -188,7 +188,7 @@ func (f Fields) String(key string, required bool) (string, *yaml.Node) {
 	v := f.Value(key)
 	if v == nil {
 		if required {
-			f.Missing(key)
+			f.missing(key)
 		}
 		return "", f.Node
 	}
@@ -205,7 +205,7 @@ func (f Fields) Int(key string, required bool, lo, hi int) (n int, ok bool) {
 	v := f.Value(key)
 	if v == nil {
 		if required {
-			f.Missing(key)
+			f.missing(key)
 		}
 		return 0, false
 	}

@@ -68,7 +68,7 @@ func (x *runbookExecutor) dispatchExec(ctx context.Context, tx *ledger.Tx, b *ru
 	tx.Enqueue(msg)
 	tx.Append(ledger.Event{JobID: req.JobID, Type: ledger.EventJobAccepted, ToStatus: string(ledger.JobReceived),
 		Data: map[string]any{"tenant_id": req.TenantID, "request_type": wfID, "correlation_id": cmd.CorrelationId}})
-	if err := x.runbooks.InLedgerTx(tx).Dispatched(ctx, r, req.JobID, now); err != nil {
+	if err := x.rows(tx).Dispatched(ctx, r, req.JobID, now); err != nil {
 		return err
 	}
 	x.dispatched.Add(ctx, 1)

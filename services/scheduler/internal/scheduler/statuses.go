@@ -1,8 +1,10 @@
 package scheduler
 
+import "github.com/lucius-platform/lucius/core/runbook"
+
 // liveStatuses are the batch statuses a version transition moves; member
 // changes follow batches in init_dispatched and active only.
 var (
-	liveStatuses   = []string{"detected", "init_dispatched", "active"}
-	memberStatuses = []string{"init_dispatched", "active"}
+	liveStatuses   = []string{runbook.BatchDetected, runbook.BatchInitDispatched, runbook.BatchActive}
+	memberStatuses = []string{runbook.BatchInitDispatched, runbook.BatchActive}
 )
