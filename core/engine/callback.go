@@ -47,6 +47,12 @@ type callbackKey struct {
 	kind string // ACK, RESULT, HEARTBEAT or CHECKPOINT
 }
 
+// attemptNotFound is the error of a callback naming the step's current
+// attempt number and lease when the ledger holds no such attempt.
+func (k callbackKey) attemptNotFound() error {
+	return fmt.Errorf("attempt %s/%s#%d: %w", k.JobID, k.StepID, k.AttemptNo, ledger.ErrNotFound)
+}
+
 // callbackTx runs a callback's transaction and sets the correlation id the
 // worker echoed on every event of the job it appended (seed 004 §12: the id
 // travels ingress → directive → callbacks → events).
@@ -82,7 +88,7 @@ func (e *Engine) Ack(ctx context.Context, k CallbackKey) (AckResult, error) {
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
+			return key.attemptNotFound()
 		}
 		if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {
 			return err
@@ -156,7 +162,7 @@ func (e *Engine) Result(ctx context.Context, k CallbackKey, res Result) (ResultR
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
+			return key.attemptNotFound()
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
 			if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {
@@ -358,7 +364,7 @@ func (e *Engine) Heartbeat(ctx context.Context, k CallbackKey, hb Heartbeat) (He
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
+			return key.attemptNotFound()
 		}
 		if step.Status != ledger.StepInProgress && step.Status != ledger.StepPolling {
 			if err := e.startStep(ctx, tx, job, step, attempt, k.WorkerID, now); err != nil {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	luciusv1 "github.com/lucius-platform/lucius/contract/lucius/v1"
@@ -43,7 +42,7 @@ func (e *Engine) RecordCheckpoint(ctx context.Context, k CallbackKey, c Checkpoi
 			return nil
 		}
 		if attempt == nil {
-			return fmt.Errorf("attempt %s/%s#%d: %w", key.JobID, key.StepID, key.AttemptNo, ledger.ErrNotFound)
+			return key.attemptNotFound()
 		}
 		data := map[string]any{"checkpoint_name": c.Name, "uri": c.URI,
 			"size_bytes": c.SizeBytes, "sha256": c.SHA256, "worker_id": k.WorkerID}
