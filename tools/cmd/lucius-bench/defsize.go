@@ -44,6 +44,7 @@ var raisedLimits = map[string]string{
 }
 
 func runDefSize(bin, data, logPath string) error {
+	defer dropData(data)
 	ctx := context.Background()
 	out, closeLog, err := logOutput(logPath)
 	if err != nil {
@@ -94,7 +95,7 @@ func runDefSize(bin, data, logPath string) error {
 		return err
 	}
 	defer pool.Close()
-	input := filepath.Join(s.Workspace, "defsize-input.txt")
+	input := filepath.Join(s.Files, "defsize-input.txt") // inside the file roots
 	if err := os.WriteFile(input, []byte("definition size benchmark\n"), 0o644); err != nil {
 		return err
 	}
@@ -188,7 +189,7 @@ func (b *defBench) measure(ctx context.Context, shape string, n int) (defRow, er
 	t0 = time.Now()
 	resp, err := b.commands.Submit(ctx, &luciusv1.SubmitRequest{Command: &luciusv1.Command{
 		TenantId: "defsize", RequestType: id, SchemaVersion: "1", InputRef: b.input, Payload: &structpb.Struct{},
-		OutputRef: fmt.Sprintf("file://%s/out/%s.json", b.s.Workspace, id), IdempotencyKey: fmt.Sprintf("defsize-%d-%s", t0.UnixNano(), id)}})
+		OutputRef: fmt.Sprintf("file://%s/out/%s.json", b.s.Files, id), IdempotencyKey: fmt.Sprintf("defsize-%d-%s", t0.UnixNano(), id)}})
 	if err != nil {
 		return row, err
 	}

@@ -107,15 +107,21 @@ func main() {
 	}
 }
 
+// dropData removes the run's cluster from data unless -keep keeps it. Every
+// mode defers it first, so it runs last: after the suite and its cluster
+// stopped.
+func dropData(data string) {
+	if !keepData {
+		_ = os.RemoveAll(data)
+	}
+}
+
 func run(bin, data string, n, c int, rate float64, real, closed bool, history int, logPath string) error {
 	ctx := context.Background()
 	if err := os.RemoveAll(data); err != nil {
 		return err
 	}
-	if !keepData {
-		// Deferred first, so it runs last: after the suite and its cluster stopped.
-		defer os.RemoveAll(data)
-	}
+	defer dropData(data)
 	out, closeLog, err := logOutput(logPath)
 	if err != nil {
 		return err
