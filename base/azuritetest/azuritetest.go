@@ -28,7 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/base/nodeproc"
 )
 
@@ -66,37 +65,22 @@ func Start(t testing.TB) *Server {
 }
 
 // StartServer starts Azurite outside a test (e.g. for a stack); Stop it.
-// The port is free when picked but not held until Azurite binds it, so a
-// start that loses it to another process is tried again on another port.
 func StartServer(ctx context.Context) (*Server, error) {
-	var err error
-	for range 3 {
-		var s *Server
-		if s, err = start(ctx); err == nil || !strings.Contains(err.Error(), "EADDRINUSE") {
-			return s, err
+	proc, ports, err := nodeproc.StartOnFreePorts(ctx, 1, func(ports []int) nodeproc.Spec {
+		return nodeproc.Spec{
+			Tool: "azurite",
+			Script: func(_, modules string) string {
+				return filepath.Join(modules, "azurite", "dist", "src", "blob", "main.js")
+			},
+			Args: []string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(ports[0]), "--inMemoryPersistence",
+				"--extentMemoryLimit", "512", "--skipApiVersionCheck", "--disableTelemetry", "--silent", "--loose"},
+			Ready: "Azurite Blob service successfully listens",
 		}
-	}
-	return nil, err
-}
-
-func start(ctx context.Context) (*Server, error) {
-	port, err := freeport.Port()
-	if err != nil {
-		return nil, err
-	}
-	proc, err := nodeproc.Start(ctx, nodeproc.Spec{
-		Tool: "azurite",
-		Script: func(_, modules string) string {
-			return filepath.Join(modules, "azurite", "dist", "src", "blob", "main.js")
-		},
-		Args: []string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--inMemoryPersistence",
-			"--extentMemoryLimit", "512", "--skipApiVersionCheck", "--disableTelemetry", "--silent", "--loose"},
-		Ready: "Azurite Blob service successfully listens",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("azurite: %w", err)
 	}
-	return &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/%s", port, Account), Account: Account, Key: Key, proc: proc}, nil
+	return &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/%s", ports[0], Account), Account: Account, Key: Key, proc: proc}, nil
 }
 
 // Stop ends Azurite and waits for it.

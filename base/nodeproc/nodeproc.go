@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lucius-platform/lucius/base/freeport"
 )
 
 // ErrNoNode says node or npm is missing.
@@ -114,6 +116,30 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// StartOnFreePorts starts the server spec describes on n free ports (spec
+// puts them in its Args) and returns them. A port is free when picked but not
+// held until the server binds it, so a start that loses one to another
+// process (EADDRINUSE) is tried again on new ports.
+func StartOnFreePorts(ctx context.Context, n int, spec func(ports []int) Spec) (*Process, []int, error) {
+	var err error
+	for range 3 {
+		ports := make([]int, n)
+		for i := range ports {
+			if ports[i], err = pickPort(); err != nil {
+				return nil, nil, err
+			}
+		}
+		var p *Process
+		if p, err = Start(ctx, spec(ports)); err == nil || !strings.Contains(err.Error(), "EADDRINUSE") {
+			return p, ports, err
+		}
+	}
+	return nil, nil, err
+}
+
+// pickPort picks a port to try (a test picks a taken one first).
+var pickPort = freeport.Port
 
 // Install installs tools/<tool>'s pinned packages into .build/<tool>
 // unless they are there already (as Start does), for a test that runs the

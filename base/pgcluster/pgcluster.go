@@ -105,15 +105,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if port, ok := c.runningPort(); ok {
 		c.port = port
 		cfg.Logger.Info("reusing running PostgreSQL cluster", "dir", dir, "port", port)
-	} else {
-		if c.port = cfg.Port; c.port == 0 {
-			if c.port, err = freeport.Port(); err != nil {
-				return nil, err
-			}
-		}
-		if err := c.start(ctx); err != nil {
-			return nil, err
-		}
+	} else if err := c.startOnFreePort(ctx); err != nil {
+		return nil, err
 	}
 	c.URL = fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, c.port, cfg.Database)
 	if err := c.ensureDatabase(ctx); err != nil {
@@ -155,6 +148,45 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		"--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
 }
 
+// startOnFreePort starts the cluster on Config.Port, or else on a free port.
+// A port is free when picked but not held until PostgreSQL binds it, so a
+// start that loses it to another process is tried again on another.
+func (c *Cluster) startOnFreePort(ctx context.Context) error {
+	if c.port = c.cfg.Port; c.port != 0 {
+		return c.start(ctx)
+	}
+	var err error
+	for range 3 {
+		if c.port, err = pickPort(); err != nil {
+			return err
+		}
+		logged := c.logSize()
+		if err = c.start(ctx); err == nil || !c.loggedSince(logged, "Address already in use") {
+			return err
+		}
+		c.cfg.Logger.Info("PostgreSQL lost its port to another process; trying another", "port", c.port)
+	}
+	return err
+}
+
+// pickPort picks the port to try (a test picks a taken one first).
+var pickPort = freeport.Port
+
+func (c *Cluster) logFile() string { return filepath.Join(filepath.Dir(c.data), "postgres.log") }
+
+func (c *Cluster) logSize() int64 {
+	if fi, err := os.Stat(c.logFile()); err == nil {
+		return fi.Size()
+	}
+	return 0
+}
+
+// loggedSince reports whether the server log holds text past offset.
+func (c *Cluster) loggedSince(offset int64, text string) bool {
+	b, err := os.ReadFile(c.logFile())
+	return err == nil && int64(len(b)) >= offset && bytes.Contains(b[offset:], []byte(text))
+}
+
 func (c *Cluster) start(ctx context.Context) error {
 	settings := []string{
 		"-c", "listen_addresses=127.0.0.1",
@@ -171,7 +203,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(c.cfg.Settings)) {
 		settings = append(settings, "-c", name+"="+c.cfg.Settings[name])
 	}
-	logFile := filepath.Join(filepath.Dir(c.data), "postgres.log")
+	logFile := c.logFile()
 	c.cfg.Logger.Info("starting PostgreSQL", "port", c.port, "durable", c.cfg.Durable, "log", logFile)
 	return c.pgctl(ctx, "start", "-w", "-t", "60", "-D", c.data, "-l", logFile, "-o", strings.Join(settings, " "))
 }

@@ -27,7 +27,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/base/nodeproc"
 )
 
@@ -60,23 +59,18 @@ func Start(t testing.TB) *Broker {
 
 // StartBroker starts a broker outside a test (e.g. in TestMain); Stop it.
 func StartBroker(ctx context.Context) (*Broker, error) {
-	amqpPort, err := freeport.Port()
-	if err != nil {
-		return nil, err
-	}
-	httpPort, err := freeport.Port()
-	if err != nil {
-		return nil, err
-	}
-	proc, err := nodeproc.Start(ctx, nodeproc.Spec{
-		Tool:   "sbbroker",
-		Script: func(root, _ string) string { return filepath.Join(root, "tools", "sbbroker", "broker.js") },
-		Args:   []string{"--host", "127.0.0.1", "--amqp-port", fmt.Sprint(amqpPort), "--http-port", fmt.Sprint(httpPort)},
-		Ready:  "sbbroker listening",
+	proc, ports, err := nodeproc.StartOnFreePorts(ctx, 2, func(ports []int) nodeproc.Spec {
+		return nodeproc.Spec{
+			Tool:   "sbbroker",
+			Script: func(root, _ string) string { return filepath.Join(root, "tools", "sbbroker", "broker.js") },
+			Args:   []string{"--host", "127.0.0.1", "--amqp-port", fmt.Sprint(ports[0]), "--http-port", fmt.Sprint(ports[1])},
+			Ready:  "sbbroker listening",
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	amqpPort, httpPort := ports[0], ports[1]
 	return &Broker{
 		AMQPAddr:         fmt.Sprintf("127.0.0.1:%d", amqpPort),
 		AdminURL:         fmt.Sprintf("http://127.0.0.1:%d", httpPort),

@@ -215,8 +215,12 @@ func Run(ctx context.Context, grace time.Duration, runners ...Runner) error {
 	return err
 }
 
-// Listen opens a TCP listener, naming the address in the error.
+// Listen opens a TCP listener, naming the address in the error; a listener
+// the launcher handed down for addr (ListenFDsEnv) is served instead.
 func Listen(addr string) (net.Listener, error) {
+	if l, err := inheritedListener(addr); err != nil || l != nil {
+		return l, err
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)

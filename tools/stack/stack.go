@@ -31,6 +31,7 @@ import (
 	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/base/pgcluster"
 	"github.com/lucius-platform/lucius/base/sbtest"
+	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/bus"
 	"github.com/lucius-platform/lucius/bus/busconfig"
 )
@@ -106,8 +107,8 @@ type Stack struct {
 	Endpoints Endpoints
 	procs     map[string]*Process
 	order     []string
-	// reserved holds each free port bound until just before the process
-	// given it starts, so no other stack on the machine picks it meanwhile.
+	// reserved holds the free ports the plan picked that no process serves
+	// (a process holds its own: Process.reserved).
 	reserved map[string]net.Listener
 	trust    *trust
 	// broker is the Service Bus test broker the stack started (nil: none).
@@ -122,6 +123,7 @@ type Stack struct {
 type Process struct {
 	Name   string
 	binary string
+	args   []string
 	env    []string
 	health string // HTTP URL answering 200 when ready
 	out    io.Writer
@@ -130,6 +132,13 @@ type Process struct {
 	done   chan struct{}
 	// stopping marks an exit the stack asked for.
 	stopping bool
+	// serves are the addresses the process listens on; each run is handed
+	// a socket bound to each (server.ListenFDsEnv), so no other process on
+	// the machine can take one between the stack's choice and the bind.
+	serves []string
+	// reserved holds the free ports picked for serves, bound since the plan,
+	// until the first run takes them.
+	reserved map[string]net.Listener
 }
 
 // Start starts the suite and waits until every process reports ready.
@@ -190,7 +199,6 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	for _, name := range s.order {
-		s.unreserve(s.procs[name])
 		if err := s.procs[name].start(); err != nil {
 			s.Stop(context.Background())
 			return nil, err
@@ -245,9 +253,16 @@ func (s *Stack) plan() error {
 		}
 		merged["LUCIUS_INSTANCE"] = name
 		p := &Process{Name: name, binary: filepath.Join(s.cfg.BinDir, binary), health: "http://" + healthAddr + "/readyz",
-			out: prefixWriter(s.cfg.Output, name)}
+			out: prefixWriter(s.cfg.Output, name), reserved: map[string]net.Listener{}}
 		for k, v := range merged {
 			p.env = append(p.env, k+"="+v)
+			if strings.HasSuffix(k, "_GRPC_ADDR") || strings.HasSuffix(k, "_HTTP_ADDR") {
+				p.serves = append(p.serves, v)
+				if l, ok := s.reserved[v]; ok {
+					p.reserved[v] = l
+					delete(s.reserved, v)
+				}
+			}
 		}
 		s.procs[name] = p
 		s.order = append(s.order, name)
@@ -371,6 +386,7 @@ func (s *Stack) Stop(ctx context.Context) {
 		p.mu.Lock()
 		p.stopping = true
 		cmd, done := p.cmd, p.done
+		closeAll(slices.Collect(maps.Values(p.reserved)))
 		p.mu.Unlock()
 		if cmd == nil || cmd.Process == nil {
 			continue
@@ -507,12 +523,21 @@ func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 func (p *Process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cmd := exec.Command(p.binary)
+	cmd := exec.Command(p.binary, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	// Own process group: the terminal's Ctrl-C reaches the launcher, which then
 	// stops the processes in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The process serves on the sockets it is handed; the stack's copies
+	// close once it has its own.
+	listeners := p.bindServed()
+	defer closeAll(listeners)
+	release, err := server.HandDown(cmd, listeners)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	defer release()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
@@ -628,8 +653,8 @@ func Build(ctx context.Context, root, dir string) error {
 }
 
 // portAllocator returns fixed default ports, or free ones, each kept bound
-// in reserved (by address) until unreserve: no two processes, and no other
-// stack's process, are given the same port.
+// in reserved (by address) until handed to the process that serves it: no
+// two processes, and no other stack's process, are given the same port.
 func portAllocator(free bool) (port func(def int) string, reserved map[string]net.Listener) {
 	reserved = map[string]net.Listener{}
 	port = func(def int) string {
@@ -644,16 +669,28 @@ func portAllocator(free bool) (port func(def int) string, reserved map[string]ne
 	return port, reserved
 }
 
-// unreserve frees the ports p listens on (its environment names them) just
-// before p starts, so the time another process could take one is the time p
-// takes to bind it.
-func (s *Stack) unreserve(p *Process) {
-	for _, kv := range p.env {
-		_, v, _ := strings.Cut(kv, "=")
-		if l, ok := s.reserved[v]; ok {
-			l.Close()
-			delete(s.reserved, v)
+// bindServed returns a socket bound to each address p serves: for the first
+// run the port reserved since the plan, for a restart the address bound again
+// (the last run released it). An address the stack cannot bind is left to
+// the process, which binds it itself and reports why it cannot.
+func (p *Process) bindServed() []net.Listener {
+	var ls []net.Listener
+	for _, addr := range p.serves {
+		if l, ok := p.reserved[addr]; ok {
+			delete(p.reserved, addr)
+			ls = append(ls, l)
+			continue
 		}
+		if l, err := net.Listen("tcp", addr); err == nil {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
 	}
 }
 

@@ -25,7 +25,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lucius-platform/lucius/base/auth/authtest"
-	"github.com/lucius-platform/lucius/base/freeport"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/server"
 	"github.com/lucius-platform/lucius/bus"
@@ -80,15 +79,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr() // below the ephemeral range: no client connection takes it meanwhile
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // workerProcess is the real binary running against a fresh database, with a
 // minimal orchestrator answering its callbacks.
 type workerProcess struct {
@@ -115,7 +105,14 @@ func startWorker(t *testing.T, services, instance string) *workerProcess {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	w := &workerProcess{dir: dir, dbURL: pgtest.NewDB(t), httpAddr: freeAddr(t), orch: &resultRecorder{}, output: &syncBuffer{}}
+	// The worker serves on a socket the test binds and hands down: no other
+	// process can take its port meanwhile.
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer httpLn.Close()
+	w := &workerProcess{dir: dir, dbURL: pgtest.NewDB(t), httpAddr: httpLn.Addr().String(), orch: &resultRecorder{}, output: &syncBuffer{}}
 
 	issuer := authtest.New(t)
 	w.issuer = issuer
@@ -137,7 +134,13 @@ func startWorker(t *testing.T, services, instance string) *workerProcess {
 		"LUCIUS_INSTANCE="+instance, "LUCIUS_LOG_FORMAT=text", "LUCIUS_BUS_POLL_INTERVAL=200ms", "LUCIUS_FILE_ROOTS="+dir,
 		"LUCIUS_AUTH_JWKS_FILE="+issuer.JWKSPath(), "LUCIUS_AUTH_TOKEN_FILE="+issuer.TokenFile(t, authtest.Worker(strings.Split(services, ",")...)))
 	w.cmd.Stdout, w.cmd.Stderr = w.output, w.output
-	if err := w.cmd.Start(); err != nil {
+	release, err := server.HandDown(w.cmd, []net.Listener{httpLn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.cmd.Start()
+	release()
+	if err != nil {
 		t.Fatal(err)
 	}
 	w.exited = make(chan error, 1)
