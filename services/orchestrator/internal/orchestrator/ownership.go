@@ -65,6 +65,8 @@ type ownership struct {
 	fenced metric.Int64Counter
 	// reclaims counts the orphans this instance took over.
 	reclaims metric.Int64Counter
+	// orphaned reads the ledger at each collection until close.
+	orphaned metric.Registration
 
 	mu   sync.Mutex
 	jobs map[string]int64
@@ -84,22 +86,34 @@ func newOwnership(store *ledger.Store, eng *engine.Engine, owner string, cfg Own
 	}
 	// Jobs no orchestrator reclaimed although their owner is silent past the
 	// threshold: 0 unless reclaiming stalls (every instance reports it; take max).
-	if _, err := meter.Int64ObservableGauge("lucius_orchestrator_orphaned_jobs",
-		metric.WithDescription("Live jobs whose owner has been silent past the orphan threshold, not yet reclaimed."),
-		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
-			n, err := store.CountOrphans(ctx, cfg.OrphanThreshold)
-			if err == nil {
-				o.Observe(n)
-			}
-			return err
-		})); err != nil {
+	orphans, err := meter.Int64ObservableGauge("lucius_orchestrator_orphaned_jobs",
+		metric.WithDescription("Live jobs whose owner has been silent past the orphan threshold, not yet reclaimed."))
+	if err != nil {
+		return nil, err
+	}
+	orphaned, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		n, err := store.CountOrphans(ctx, cfg.OrphanThreshold)
+		if err == nil {
+			o.ObserveInt64(orphans, n)
+		}
+		return err
+	}, orphans)
+	if err != nil {
 		return nil, err
 	}
 	// Exported at 0 from the start: a counter that first appears at 1 is
 	// invisible to increase(), and the lost-ownership alert would miss it.
 	fenced.Add(context.Background(), 0)
 	return &ownership{store: store, engine: eng, owner: owner, cfg: cfg, log: log, fenced: fenced, reclaims: reclaims,
-		jobs: map[string]int64{}}, nil
+		orphaned: orphaned, jobs: map[string]int64{}}, nil
+}
+
+// close stops reporting orphans: a collection after the ledger's pool has
+// closed would fail every metric read with it.
+func (o *ownership) close() {
+	if err := o.orphaned.Unregister(); err != nil {
+		o.log.Warn("unregister the orphaned-jobs gauge", "error", err)
+	}
 }
 
 // load adopts the live jobs already held under this owner id (a restart

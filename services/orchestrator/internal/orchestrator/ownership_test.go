@@ -95,6 +95,7 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(a.close)
 	mine := newJob(t, ctx, store, eng, "orch-a")
 	if err := a.load(ctx); err != nil {
 		t.Fatal(err)
@@ -115,6 +116,7 @@ func TestOwnershipHeartbeatsAreFencedAfterAReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.close)
 	reclaims := metrics.Value(t, "lucius_orchestrator_reclaims_total")
 	b.reclaim(ctx)
 	if held := b.held(); len(held) != 1 || held[0] != (ledger.OwnedJob{JobID: mine, Epoch: 2}) {
@@ -163,3 +165,20 @@ var testCallbackKeys = func() *auth.CallbackKeys {
 	}
 	return k
 }()
+
+// The orphaned-jobs gauge reads the ledger while its ownership lives; once
+// closed, a collection after the pool has gone reads nothing from it, so
+// every other metric stays readable.
+func TestOrphanedJobsGaugeEndsWithItsOwnership(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	store := ledger.New(pool, nil)
+	o, err := newOwnership(store, nil, "orch-gauge", OwnershipConfig{OrphanThreshold: time.Minute, ReclaimBatch: 10},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics.Value(t, "lucius_orchestrator_orphaned_jobs") // collects, with the pool open
+	o.close()
+	pool.Close()
+	metrics.Value(t, "lucius_orchestrator_orphaned_jobs") // fails the test if the gauge still reads the closed pool
+}

@@ -158,10 +158,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	owned, err := newOwnership(store, eng, cfg.OwnerID, cfg.Ownership, log)
-	if err == nil {
-		err = owned.load(ctx)
-	}
 	if err != nil {
+		ep.Close()
+		return err
+	}
+	defer owned.close()
+	if err := owned.load(ctx); err != nil {
 		ep.Close()
 		return err
 	}

@@ -206,21 +206,24 @@ var pendingKinds = []string{ledger.DeadLetterStep, ledger.DeadLetterBus}
 // dead letters in the ledger nobody has dealt with (a step dead letter until
 // its job is replayed; a bus dead letter for good), read with one query per
 // collection, bounded by pendingTimeout. The reconciler alone reports it,
-// so the ledger is read once per scrape, not once per process.
-func registerPendingDeadLetters(meter metric.Meter, store *ledger.Store) error {
-	_, err := meter.Int64ObservableGauge("lucius_dead_letters_pending",
-		metric.WithDescription("Dead letters not dealt with (step: job not replayed; bus: all), by kind."),
-		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
-			ctx, cancel := context.WithTimeout(ctx, pendingTimeout)
-			defer cancel()
-			pending, err := store.PendingDeadLetters(ctx)
-			if err != nil {
-				return err
-			}
-			for _, kind := range pendingKinds {
-				o.Observe(pending[kind], metric.WithAttributes(attribute.String("kind", kind)))
-			}
-			return nil
-		}))
-	return err
+// so the ledger is read once per scrape, not once per process. Unregister
+// the result before the store's pool closes.
+func registerPendingDeadLetters(meter metric.Meter, store *ledger.Store) (metric.Registration, error) {
+	gauge, err := meter.Int64ObservableGauge("lucius_dead_letters_pending",
+		metric.WithDescription("Dead letters not dealt with (step: job not replayed; bus: all), by kind."))
+	if err != nil {
+		return nil, err
+	}
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, pendingTimeout)
+		defer cancel()
+		pending, err := store.PendingDeadLetters(ctx)
+		if err != nil {
+			return err
+		}
+		for _, kind := range pendingKinds {
+			o.ObserveInt64(gauge, pending[kind], metric.WithAttributes(attribute.String("kind", kind)))
+		}
+		return nil
+	}, gauge)
 }

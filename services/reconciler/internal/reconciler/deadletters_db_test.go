@@ -26,9 +26,11 @@ func TestPendingDeadLettersGaugeReportsEveryKind(t *testing.T) {
 	store := ledger.New(pool, slog.New(slog.DiscardHandler))
 	t.Cleanup(store.Close)
 	rec := telemetrytest.New()
-	if err := registerPendingDeadLetters(rec.Provider.Meter("test"), store); err != nil {
+	gauge, err := registerPendingDeadLetters(rec.Provider.Meter("test"), store)
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { unregister(gauge, slog.New(slog.DiscardHandler)) })
 	pending := func(kind string) float64 {
 		return rec.Value(t, "lucius_dead_letters_pending", attribute.String("kind", kind))
 	}

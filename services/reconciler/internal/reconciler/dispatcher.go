@@ -79,6 +79,8 @@ type dispatcher struct {
 	published metric.Int64Counter
 	failures  metric.Int64Counter
 	lag       metric.Float64Histogram
+	// backlog reads the outbox at each collection until close.
+	backlog metric.Registration
 }
 
 func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg DispatcherConfig, log *slog.Logger) (*dispatcher, error) {
@@ -113,7 +115,7 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 		return nil, err
 	}
 	// One query per scrape answers both: how many wait, and for how long.
-	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	d.backlog, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		n, age, err := store.OutboxBacklog(ctx)
 		if err != nil {
 			return err
@@ -122,7 +124,21 @@ func newDispatcher(store *ledger.Store, b bus.Bus, pool *pgxpool.Pool, cfg Dispa
 		o.ObserveFloat64(oldest, age.Seconds())
 		return nil
 	}, backlog, oldest)
-	return d, err
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// close stops reporting the backlog.
+func (d *dispatcher) close() { unregister(d.backlog, d.log) }
+
+// unregister stops a gauge's callback: a collection after the ledger's pool
+// has closed would fail every metric read with it.
+func unregister(r metric.Registration, log *slog.Logger) {
+	if err := r.Unregister(); err != nil {
+		log.Warn("unregister a gauge", "error", err)
+	}
 }
 
 // run publishes until ctx ends. wake fires after every commit that wrote

@@ -90,6 +90,7 @@ func TestDispatchRoundPublishesAndReleasesFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(d.close)
 			if (d.inTx != nil) != tt.inTx {
 				t.Fatalf("publishes in the marking transaction: %v, want %v", d.inTx != nil, tt.inTx)
 			}

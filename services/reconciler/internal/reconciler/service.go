@@ -138,9 +138,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := registerPendingDeadLetters(otel.Meter("lucius/reconciler"), store); err != nil {
+	pendingGauge, err := registerPendingDeadLetters(otel.Meter("lucius/reconciler"), store)
+	if err != nil {
 		return err
 	}
+	defer unregister(pendingGauge, log)
 	dead := &collector{bus: b, store: store, cfg: cfg.Sweepers.DeadLetters, log: log, receivers: map[string]bus.Receiver{}, draining: map[string]bool{}, opening: map[string]bool{},
 		slots: make(chan struct{}, drainConcurrency),
 		sources: func(ctx context.Context) ([]bus.Source, error) {
@@ -159,6 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	defer disp.close()
 	deliv, err := newDeliverer(store, cfg.Callbacks, cfg.Egress, liveSecrets(live), log)
 	if err != nil {
 		return err
