@@ -37,6 +37,10 @@ type Service struct {
 	// Sessions, when set, lets console sessions authenticate calls beside
 	// tokens and certificates (the gateway sets it; never read from the environment).
 	Sessions auth.SessionStore
+	// Authenticator, when set, is the one the endpoint verifies tokens with
+	// instead of one built from Auth: a service that also authenticates
+	// elsewhere (the gateway's console) shares its key cache and discovery.
+	Authenticator *auth.Authenticator
 }
 
 // ReadService reads the common settings of service name (e.g. "gateway"):
@@ -87,9 +91,12 @@ func ReadLimits(e *env.Reader) server.Limits {
 // Endpoint opens the service's guarded gRPC and HTTP endpoint; unary
 // interceptors run after authentication and validation, in order.
 func (s Service) Endpoint(unary []grpc.UnaryServerInterceptor, restOpts ...runtime.ServeMuxOption) (*server.Endpoint, error) {
-	authn, err := auth.NewAuthenticator(s.Auth)
-	if err != nil {
-		return nil, err
+	authn := s.Authenticator
+	if authn == nil {
+		var err error
+		if authn, err = auth.NewAuthenticator(s.Auth); err != nil {
+			return nil, err
+		}
 	}
 	tlsCfg, err := s.TLS.Config()
 	if err != nil {

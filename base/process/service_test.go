@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lucius-platform/lucius/base/auth"
+	"github.com/lucius-platform/lucius/base/auth/authtest"
 	"github.com/lucius-platform/lucius/base/env"
 	"github.com/lucius-platform/lucius/base/server"
 )
@@ -52,4 +54,23 @@ func TestReadServiceReadsTheRequestLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An endpoint verifies with the Authenticator it is given instead of
+// building one from Auth: here Auth alone would be refused.
+func TestEndpointUsesTheAuthenticatorItIsGiven(t *testing.T) {
+	t.Parallel()
+	svc := Service{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth.Config{ClockSkew: -time.Second}}
+	if ep, err := svc.Endpoint(nil); err == nil || !strings.Contains(err.Error(), "clock skew") {
+		if ep != nil {
+			ep.Close()
+		}
+		t.Fatalf("Endpoint from a bad Auth = %v, want the clock skew refused", err)
+	}
+	svc.Authenticator = authtest.New(t).Authn
+	ep, err := svc.Endpoint(nil)
+	if err != nil {
+		t.Fatalf("Endpoint with an Authenticator: %v", err)
+	}
+	ep.Close()
 }

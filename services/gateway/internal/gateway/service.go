@@ -92,18 +92,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	sessions := console.NewStore(pool)
+	authn, err := auth.NewAuthenticator(cfg.Auth)
+	if err != nil {
+		return err
+	}
 	svc := cfg.Service
-	svc.Sessions = sessions
+	svc.Sessions, svc.Authenticator = sessions, authn
 	// Request ids run after the request rates: a refused call reserves nothing.
 	ep, err := svc.Endpoint([]grpc.UnaryServerInterceptor{commands.rates.unary(), requestIDs.Unary()},
 		runtime.WithForwardResponseOption(acceptedFor202), runtime.WithForwardResponseRewriter(invalidStaysExplicit),
 		runtime.WithMetadata(console.SessionMetadata))
 	if err != nil {
-		return err
-	}
-	authn, err := auth.NewAuthenticator(cfg.Auth)
-	if err != nil {
-		ep.Close()
 		return err
 	}
 	con, err := console.New(cfg.Console, sessions, authn, ep.HTTPAddr(), log)
