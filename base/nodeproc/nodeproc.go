@@ -90,10 +90,11 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		sc := bufio.NewScanner(stdout)
 		once := sync.Once{}
 		for sc.Scan() {
+			// Kept before Start returns: the ready line is in Output.
+			out.Write(append(sc.Bytes(), '\n')) //nolint:errcheck
 			if strings.HasPrefix(sc.Text(), spec.Ready) {
 				once.Do(func() { close(ready) })
 			}
-			out.Write(append(sc.Bytes(), '\n')) //nolint:errcheck
 		}
 		io.Copy(io.Discard, stdout) //nolint:errcheck // a line too long for the scanner
 		cmd.Wait()                  //nolint:errcheck
