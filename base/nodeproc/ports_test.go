@@ -10,25 +10,14 @@ import (
 	"time"
 
 	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/freeport/freeporttest"
 )
 
 // A port another process takes between its pick and the server's bind costs
 // a start on new ports, not the start.
 func TestStartOnFreePortsTriesNewPortsWhenOneIsTaken(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
-	picks := 0
-	pickPort = func() (int, error) {
-		picks++
-		if picks == 2 { // the first start's second port
-			return takenPort, nil
-		}
-		return freeport.Port()
-	}
+	picker := freeporttest.TakenAt(t, 2) // the first start's second port
+	pickPort = picker.Pick
 	defer func() { pickPort = freeport.Port }()
 
 	server := filepath.Join(t.TempDir(), "server.js")
@@ -54,8 +43,8 @@ process.stdin.resume();
 		t.Fatal(err)
 	}
 	defer p.Stop()
-	if picks != 4 || ports[0] == takenPort || ports[1] == takenPort {
-		t.Fatalf("picked %d ports, serving on %v (taken: %d); want a second start on two new ports", picks, ports, takenPort)
+	if picker.Picks() != 4 || ports[0] == picker.Taken || ports[1] == picker.Taken {
+		t.Fatalf("picked %d ports, serving on %v (taken: %d); want a second start on two new ports", picker.Picks(), ports, picker.Taken)
 	}
 	for _, port := range ports {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)

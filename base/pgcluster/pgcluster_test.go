@@ -2,32 +2,20 @@ package pgcluster
 
 import (
 	"context"
-	"net"
 	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/freeport/freeporttest"
 )
 
 // A port taken between its pick and PostgreSQL's bind costs a retry on
 // another port, not the start.
 func TestStartTriesAnotherPortWhenItsPortIsTaken(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
-	picks := 0
-	pickPort = func() (int, error) {
-		picks++
-		if picks == 1 {
-			return takenPort, nil
-		}
-		return freeport.Port()
-	}
+	picker := freeporttest.TakenAt(t, 1)
+	pickPort = picker.Pick
 	defer func() { pickPort = freeport.Port }()
 
 	// Not t.TempDir: its parent is private to this user, and the server runs
@@ -43,8 +31,8 @@ func TestStartTriesAnotherPortWhenItsPortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop(ctx) //nolint:errcheck // the temporary directory goes with it
-	if picks != 2 || c.Port() == takenPort {
-		t.Fatalf("picked %d ports, serving on %d (taken: %d); want a second pick", picks, c.Port(), takenPort)
+	if picker.Picks() != 2 || c.Port() == picker.Taken {
+		t.Fatalf("picked %d ports, serving on %d (taken: %d); want a second pick", picker.Picks(), c.Port(), picker.Taken)
 	}
 	conn, err := pgx.Connect(ctx, c.URL)
 	if err != nil {
