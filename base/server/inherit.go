@@ -29,10 +29,27 @@ var inherited struct {
 	byAddr map[string]net.Listener
 }
 
-// inheritedListener takes the inherited listener bound to addr, if any: each
-// is served once.
-func inheritedListener(addr string) (net.Listener, error) {
+// Adopt makes Listen serve l when asked for l's address, instead of binding
+// it: the in-process form of handing a socket down, for a test that starts a
+// service in its own process on a port it already holds.
+func Adopt(l net.Listener) {
+	loadInheritedOnce()
+	inherited.mu.Lock()
+	defer inherited.mu.Unlock()
+	if inherited.byAddr == nil {
+		inherited.byAddr = map[string]net.Listener{}
+	}
+	inherited.byAddr[l.Addr().String()] = l
+}
+
+func loadInheritedOnce() {
 	inherited.once.Do(func() { inherited.byAddr, inherited.err = loadInherited(os.Getenv(ListenFDsEnv)) })
+}
+
+// inheritedListener takes the inherited (or adopted) listener bound to addr,
+// if any: each is served once.
+func inheritedListener(addr string) (net.Listener, error) {
+	loadInheritedOnce()
 	if inherited.err != nil {
 		return nil, inherited.err
 	}

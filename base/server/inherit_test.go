@@ -148,3 +148,23 @@ func dialAndRead(t *testing.T, addr string) string {
 	}
 	return strings.TrimSpace(line)
 }
+
+// An adopted listener is served once, in place of binding its address.
+func TestListenServesAnAdoptedListenerOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	Adopt(l)
+	got, err := Listen(l.Addr().String())
+	if err != nil || got != l {
+		t.Fatalf("Listen(%s) = %v, %v; want the adopted listener", l.Addr(), got, err)
+	}
+	if again, err := Listen(l.Addr().String()); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		if again != nil {
+			again.Close()
+		}
+		t.Fatalf("a second Listen(%s) = %v; want the address in use (the adopted listener still holds it)", l.Addr(), err)
+	}
+}

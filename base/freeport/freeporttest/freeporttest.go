@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/server"
 )
 
 // Picker hands out free ports, except that its n-th pick is a port the test
@@ -48,4 +49,19 @@ func (p *Picker) Picks() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.picks
+}
+
+// Adopted returns an address on 127.0.0.1 the test holds bound for a
+// service it starts in its own process: the service's server.Listen serves
+// the held socket (server.Adopt), so no other process can take the port
+// between this call and the service's start.
+func Adopted(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	server.Adopt(l)
+	return l.Addr().String()
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lucius-platform/lucius/base/auth"
 	"github.com/lucius-platform/lucius/base/auth/authtest"
-	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/freeport/freeporttest"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/base/server"
@@ -49,7 +49,7 @@ type gatewayFixture struct {
 func startGateway(t *testing.T) *gatewayFixture {
 	t.Helper()
 	url := pgtest.NewDB(t)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := freeporttest.Adopted(t), freeporttest.Adopted(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	issuer := authtest.New(t)
@@ -88,15 +88,6 @@ func startGateway(t *testing.T) *gatewayFixture {
 	t.Cleanup(f.pool.Close)
 	f.jobs, f.cmds = luciusv1.NewJobServiceClient(f.conn), luciusv1.NewCommandServiceClient(f.conn)
 	return f
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr() // below the ephemeral range: no client connection takes it meanwhile
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func (f *gatewayFixture) rest(t *testing.T, method, path string, body any) (int, map[string]any) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lucius-platform/lucius/base/freeport"
+	"github.com/lucius-platform/lucius/base/freeport/freeporttest"
 	"github.com/lucius-platform/lucius/base/pgtest"
 	"github.com/lucius-platform/lucius/base/process"
 	"github.com/lucius-platform/lucius/core/runbook"
@@ -88,7 +88,7 @@ func TestRunDetectsBatchesAndServesHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := freeporttest.Adopted(t), freeporttest.Adopted(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -118,13 +118,4 @@ func TestRunDetectsBatchesAndServesHealth(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr() // below the ephemeral range: no client connection takes it meanwhile
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
