@@ -53,3 +53,23 @@ func Port() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Retry runs start on n ports from pick until it succeeds, fails for a
+// reason other than a lost port (lost tells), or has tried three times: a
+// port is free when picked but not held until a server in another process
+// binds it, and another process can take it meanwhile.
+func Retry(n int, pick func() (int, error), start func(ports []int) error, lost func(error) bool) error {
+	var err error
+	for range 3 {
+		ports := make([]int, n)
+		for i := range ports {
+			if ports[i], err = pick(); err != nil {
+				return err
+			}
+		}
+		if err = start(ports); err == nil || !lost(err) {
+			return err
+		}
+	}
+	return err
+}

@@ -119,24 +119,20 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 }
 
 // StartOnFreePorts starts the server spec describes on n free ports (spec
-// puts them in its Args) and returns them. A port is free when picked but not
-// held until the server binds it, so a start that loses one to another
-// process (EADDRINUSE) is tried again on new ports.
+// puts them in its Args) and returns them; a start that loses a port to
+// another process (EADDRINUSE) is tried again on new ports (freeport.Retry).
 func StartOnFreePorts(ctx context.Context, n int, spec func(ports []int) Spec) (*Process, []int, error) {
-	var err error
-	for range 3 {
-		ports := make([]int, n)
-		for i := range ports {
-			if ports[i], err = pickPort(); err != nil {
-				return nil, nil, err
-			}
-		}
-		var p *Process
-		if p, err = Start(ctx, spec(ports)); err == nil || !strings.Contains(err.Error(), "EADDRINUSE") {
-			return p, ports, err
-		}
+	var p *Process
+	var used []int
+	err := freeport.Retry(n, pickPort, func(ports []int) (err error) {
+		used = ports
+		p, err = Start(ctx, spec(ports))
+		return err
+	}, func(err error) bool { return strings.Contains(err.Error(), "EADDRINUSE") })
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, err
+	return p, used, nil
 }
 
 // pickPort picks a port to try (a test picks a taken one first).

@@ -148,25 +148,24 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		"--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
 }
 
-// startOnFreePort starts the cluster on Config.Port, or else on a free port.
-// A port is free when picked but not held until PostgreSQL binds it, so a
-// start that loses it to another process is tried again on another.
+// startOnFreePort starts the cluster on Config.Port, or else on a free port;
+// a start that loses it to another process is tried again on another
+// (freeport.Retry).
 func (c *Cluster) startOnFreePort(ctx context.Context) error {
 	if c.port = c.cfg.Port; c.port != 0 {
 		return c.start(ctx)
 	}
-	var err error
-	for range 3 {
-		if c.port, err = pickPort(); err != nil {
-			return err
-		}
-		logged := c.logSize()
-		if err = c.start(ctx); err == nil || !c.loggedSince(logged, "Address already in use") {
-			return err
+	var logged int64
+	return freeport.Retry(1, pickPort, func(ports []int) error {
+		c.port, logged = ports[0], c.logSize()
+		return c.start(ctx)
+	}, func(error) bool {
+		if !c.loggedSince(logged, "Address already in use") {
+			return false
 		}
 		c.cfg.Logger.Info("PostgreSQL lost its port to another process; trying another", "port", c.port)
-	}
-	return err
+		return true
+	})
 }
 
 // pickPort picks the port to try (a test picks a taken one first).

@@ -24,12 +24,7 @@ type Picker struct {
 // TakenAt returns a picker whose n-th pick (from 1) is taken.
 func TakenAt(t testing.TB, n int) *Picker {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return &Picker{Taken: l.Addr().(*net.TCPAddr).Port, at: n}
+	return &Picker{Taken: held(t).Addr().(*net.TCPAddr).Port, at: n}
 }
 
 // Pick is the stand-in for freeport.Port.
@@ -57,11 +52,18 @@ func (p *Picker) Picks() int {
 // between this call and the service's start.
 func Adopted(t testing.TB) string {
 	t.Helper()
+	l := held(t)
+	server.Adopt(l)
+	return l.Addr().String()
+}
+
+// held binds a port on 127.0.0.1 until the test ends.
+func held(t testing.TB) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	server.Adopt(l)
-	return l.Addr().String()
+	return l
 }
